@@ -1,0 +1,158 @@
+"""The ``hugepage-extender`` command: ``serve`` and ``explain``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+import yaml
+from aiohttp import web
+
+from extender import __version__
+from extender.cluster import ClusterState
+from extender.config import Config, ConfigError, load_config
+from extender.explain import explain, render_table
+from extender.metrics import Metrics
+from extender.objects import Pod
+from extender.quantity import QuantityError
+from extender.server import Extender, create_app
+from extender.snapshot import SnapshotError, load_snapshot
+from extender.tls import TLSConfigError, server_ssl_context
+
+log = logging.getLogger("extender")
+
+
+def _exempt_namespaces(args: argparse.Namespace) -> frozenset[str]:
+    # The extender's own pods must never wait on the extender (a known deadlock).
+    return frozenset(n for n in (args.extender_namespace,) if n)
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(args.config, exempt_namespaces=_exempt_namespaces(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config = _config(args)
+    state = ClusterState(config)
+    snapshot = load_snapshot(args.snapshot)
+    state.replace(snapshot.nodes, snapshot.pods)
+    source = args.snapshot or "the bundled example snapshot"
+    log.info("loaded %s: %d nodes, %d bound pods", source, state.node_count, state.pod_count)
+    extender = Extender(config, state, Metrics())
+    ssl_context = server_ssl_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+    log.info(
+        "hugepage-extender %s serving %s on %s:%d (%s), default mode %s",
+        __version__,
+        config.resource_name,
+        args.host,
+        args.port,
+        "https" if ssl_context else "http",
+        config.placement.defaults.mode.value,
+    )
+    web.run_app(
+        create_app(extender),
+        host=args.host,
+        port=args.port,
+        ssl_context=ssl_context,
+        shutdown_timeout=args.shutdown_timeout,
+        access_log=None,
+        print=None,
+    )
+    return 0
+
+
+def _read_pod(path: Path) -> Pod:
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise SnapshotError(f"cannot read pod {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise SnapshotError(f"{path} is not valid YAML: {error}") from None
+    try:
+        return msgspec.convert(document, Pod)
+    except msgspec.ValidationError as error:
+        raise SnapshotError(f"{path}: not a Pod: {error}") from None
+
+
+def _explain(args: argparse.Namespace) -> int:
+    config = _config(args)
+    state = ClusterState(config)
+    snapshot = load_snapshot(args.snapshot)
+    state.replace(snapshot.nodes, snapshot.pods)
+    pod = _read_pod(args.pod)
+    namespace = pod.metadata.namespace or "default"
+    policy = config.policy_for(namespace)
+    names = args.nodes.split(",") if args.nodes else sorted(state.accounts)
+    result = explain(
+        f"{namespace}/{pod.metadata.name}",
+        state.demand_of(pod),
+        names,
+        resource_name=config.resource_name,
+        accounts=state.accounts,
+        policy=policy,
+    )
+    if args.output == "json":
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print(render_table(result))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hugepage-extender",
+        description="kube-scheduler extender that keeps pods off nodes whose hugepage pool cannot hold them",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--config", type=Path, help="YAML config file (default: built-in defaults)")
+        sub.add_argument("--snapshot", type=Path, help="snapshot of Nodes and Pods (default: bundled example)")
+        sub.add_argument(
+            "--extender-namespace",
+            default=os.environ.get("POD_NAMESPACE", ""),
+            help="namespace whose pods always pass (default: $POD_NAMESPACE)",
+        )
+
+    serve = commands.add_parser("serve", help="serve the extender verbs over HTTP(S)")
+    common(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8888)
+    serve.add_argument("--tls-cert-file", type=Path, help="serve HTTPS with this certificate")
+    serve.add_argument("--tls-key-file", type=Path, help="private key of --tls-cert-file")
+    serve.add_argument("--client-ca-file", type=Path, help="require client certificates signed by this CA")
+    serve.add_argument("--shutdown-timeout", type=float, default=10.0, help="seconds to drain on SIGTERM")
+    serve.set_defaults(run=_serve)
+
+    exp = commands.add_parser("explain", help="show, node by node, whether a pod fits and how it scores")
+    common(exp)
+    exp.add_argument("--pod", type=Path, required=True, help="the pod, as YAML or JSON")
+    exp.add_argument("--nodes", help="comma-separated candidate nodes (default: every node)")
+    exp.add_argument("--output", choices=("table", "json"), default="table")
+    exp.set_defaults(run=_explain)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        return int(args.run(args))
+    except (ConfigError, SnapshotError, QuantityError, TLSConfigError) as error:
+        log.error("%s", error)
+        print(f"hugepage-extender: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

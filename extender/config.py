@@ -1,0 +1,168 @@
+"""Loading and validating the extender's one YAML config file.
+
+Precedence, lowest first: built-in defaults, the file's ``defaults``, the
+``BEST_OF_K_*`` environment variables (the RFC's deployment-wide knobs), then
+a namespace's own entry under ``namespaces``, which always wins for that
+namespace. The extender's own namespace is exempt: its pods always pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+import yaml
+
+from extender.policy import Mode, Placement, Policy, Widening
+from extender.quantity import QuantityError, to_units
+
+DEFAULT_RESOURCE = "hugepages-2Mi"
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a 5,000-node full-Nodes request is ~20 MB
+
+_HUGEPAGE_RESOURCE = re.compile(r"^hugepages-(?P<size>[0-9]+[KMGT]i)$")
+
+
+class ConfigError(ValueError):
+    """An invalid config; the message names the key at fault."""
+
+
+class _PolicyFields(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True):
+    mode: Mode | None = None
+    sample_size: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    widening: Widening | None = None
+    score_hugepages: bool | None = None
+    overcommit_ratio: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    alpha: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    reservation_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    need_from_memory: bool | None = None
+
+
+class _ConfigFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    resource_name: str = DEFAULT_RESOURCE
+    max_request_bytes: Annotated[int, msgspec.Meta(gt=0)] = DEFAULT_MAX_REQUEST_BYTES
+    defaults: _PolicyFields = msgspec.field(default_factory=_PolicyFields)
+    namespaces: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    resource_name: str = DEFAULT_RESOURCE
+    page_size_bytes: int = 2 * 1024 * 1024
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    placement: Placement = dataclasses.field(default_factory=Placement)
+
+    def policy_for(self, namespace: str) -> Policy:
+        return self.placement.policy_for(namespace)
+
+
+def _overlay(base: Policy, fields: _PolicyFields) -> Policy:
+    changes = {
+        f.name: getattr(fields, f.name) for f in dataclasses.fields(Policy) if getattr(fields, f.name) is not None
+    }
+    return dataclasses.replace(base, **changes)
+
+
+def _env_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"environment variable {name}: expected true or false, got {value!r}")
+
+
+def _env_number(name: str, value: str, kind: type[int] | type[float], *, positive: bool) -> Any:
+    try:
+        number = kind(value)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}: expected a number, got {value!r}") from None
+    if number < 0 or (positive and number == 0) or math.isnan(number):
+        bound = "> 0" if positive else ">= 0"
+        raise ConfigError(f"environment variable {name}: must be {bound}, got {value!r}")
+    return number
+
+
+def _env_fields(environ: Mapping[str, str]) -> _PolicyFields:
+    """The RFC's environment knobs. HUGEPAGE_FIT_FILTER=false is its shadow phase."""
+    fields = _PolicyFields()
+    if (raw := environ.get("BEST_OF_K_HUGEPAGE_FIT_FILTER")) is not None:
+        enforce = _env_bool("BEST_OF_K_HUGEPAGE_FIT_FILTER", raw)
+        fields.mode = Mode.ENFORCE if enforce else Mode.SHADOW
+    if (raw := environ.get("BEST_OF_K_HUGEPAGE_MEMORY")) is not None:
+        fields.score_hugepages = _env_bool("BEST_OF_K_HUGEPAGE_MEMORY", raw)
+    if (raw := environ.get("BEST_OF_K_K")) is not None:
+        fields.sample_size = _env_number("BEST_OF_K_K", raw, int, positive=False)
+    if (raw := environ.get("BEST_OF_K_R")) is not None:
+        fields.overcommit_ratio = _env_number("BEST_OF_K_R", raw, float, positive=True)
+    if (raw := environ.get("BEST_OF_K_ALPHA")) is not None:
+        fields.alpha = _env_number("BEST_OF_K_ALPHA", raw, float, positive=False)
+    return fields
+
+
+def page_size_of(resource_name: str) -> int:
+    match = _HUGEPAGE_RESOURCE.match(resource_name)
+    if match is None:
+        raise ConfigError(f"resourceName: expected a hugepage resource such as hugepages-2Mi, got {resource_name!r}")
+    try:
+        return to_units(match["size"])
+    except QuantityError as error:
+        raise ConfigError(f"resourceName: {error}") from None
+
+
+def build_config(
+    document: Any,
+    environ: Mapping[str, str],
+    exempt_namespaces: frozenset[str] = frozenset(),
+) -> Config:
+    """Validate a parsed YAML document (None for an empty file) into a Config."""
+    raw = _convert(document or {}, _ConfigFile, "")
+    page_size = page_size_of(raw.resource_name)
+    defaults = _overlay(_overlay(Policy(), raw.defaults), _env_fields(environ))
+    namespaces = {
+        str(name): _overlay(defaults, _convert(fields or {}, _PolicyFields, f"namespaces.{name}"))
+        for name, fields in raw.namespaces.items()
+    }
+    return Config(
+        resource_name=raw.resource_name,
+        page_size_bytes=page_size,
+        max_request_bytes=raw.max_request_bytes,
+        placement=Placement(defaults, namespaces, exempt_namespaces),
+    )
+
+
+_T = TypeVar("_T")
+
+
+def _convert(document: Any, kind: type[_T], prefix: str) -> _T:
+    try:
+        return msgspec.convert(document, kind)
+    except msgspec.ValidationError as error:
+        # msgspec says "... - at `$.defaults.mode`"; say it as the YAML key path.
+        head, _, where = str(error).partition(" - at `$")
+        key = ".".join(part for part in (prefix, where.rstrip("`").lstrip(".")) if part)
+        raise ConfigError(f"{key}: {head}" if key else head) from None
+
+
+def load_config(
+    path: Path | None,
+    environ: Mapping[str, str] | None = None,
+    exempt_namespaces: frozenset[str] = frozenset(),
+) -> Config:
+    """The config from a YAML file (or only defaults and environment when None)."""
+    env = os.environ if environ is None else environ
+    document: Any = None
+    if path is not None:
+        try:
+            document = yaml.safe_load(path.read_text())
+        except OSError as error:
+            raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
+    return build_config(document, env, exempt_namespaces)

@@ -1,0 +1,150 @@
+"""The filter and prioritize decisions: pure functions over node accounts.
+
+Both verbs read the same ``NodeAccount`` values and the same ``capacity.fits``,
+so a node the filter admits is never scored as if it could not hold the pod.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from extender.capacity import NO_POOL_ACCOUNT, Fit, NodeAccount, fits
+from extender.podrequest import PodDemand
+from extender.policy import Mode, Policy
+from extender.sampling import best_of_k
+from extender.scoring import node_load, priority
+
+Accounts = Mapping[str, NodeAccount]
+
+
+class Outcome(StrEnum):
+    """How a filter call ended; the ``outcome`` label of the filter metric."""
+
+    PASSTHROUGH = "passthrough"  # not the extender's business: no need, mode off, exempt
+    SHADOW = "shadow"  # every node passed; rejections only counted
+    FIT = "fit"  # at least one node admitted
+    NO_HUGEPAGE_CAPACITY = "no_hugepage_capacity"  # pools exist but are full: scale up / wait
+    NO_COMPATIBLE_NODE = "no_compatible_node"  # no candidate, or every pool too small
+    NO_FIT_IN_SAMPLE = "no_fit_in_sample"  # the best-of-K sample held none; others unexamined
+
+
+@dataclass(frozen=True, slots=True)
+class Reasons:
+    """Constant reason strings, one per cause, so the scheduler's event aggregates
+    ("0/12 nodes are available: 9 Insufficient hugepages-2Mi ...") and no
+    per-node capacity leaks to whoever reads events in the namespace."""
+
+    insufficient: str
+    exceeds_pool: str
+    not_sampled: str
+
+    @classmethod
+    def for_resource(cls, resource_name: str) -> Reasons:
+        return cls(
+            insufficient=f"Insufficient {resource_name} (pool in use or held by placements in flight)",
+            exceeds_pool=f"Pod's {resource_name} request exceeds the node's whole pool",
+            not_sampled="Not examined: outside the best-of-K sample",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FilterDecision:
+    passed: list[str]
+    failed: dict[str, str] = field(default_factory=dict)  # resolvable: preemption may help
+    unresolvable: dict[str, str] = field(default_factory=dict)  # the pool is too small
+    outcome: Outcome = Outcome.PASSTHROUGH
+    insufficient: int = 0  # nodes found without room (rejected, or would be in shadow)
+    exceeds_pool: int = 0  # nodes whose whole pool is smaller than the need
+    examined: int = 0
+    widened: bool = False
+
+    @property
+    def chosen(self) -> str | None:
+        """The node the pod will go to, when the answer leaves exactly one."""
+        return self.passed[0] if len(self.passed) == 1 else None
+
+
+def _account(accounts: Accounts, name: str) -> NodeAccount:
+    # Nodes the extender does not know are treated like nodes without a pool.
+    return accounts.get(name, NO_POOL_ACCOUNT)
+
+
+def filter_nodes(
+    demand: PodDemand,
+    candidates: Sequence[str],
+    *,
+    accounts: Accounts,
+    policy: Policy,
+    reasons: Reasons,
+    rng: random.Random,
+) -> FilterDecision:
+    """Which candidates may receive the pod, under the pod's namespace policy."""
+    if policy.mode is Mode.OFF or not demand.wants_hugepages:
+        return FilterDecision(passed=list(candidates))
+
+    need = demand.hugepage_bytes
+    if policy.mode is Mode.SHADOW:
+        verdicts = [fits(_account(accounts, name), need) for name in candidates]
+        return FilterDecision(
+            passed=list(candidates),
+            outcome=Outcome.SHADOW,
+            insufficient=verdicts.count(Fit.INSUFFICIENT),
+            exceeds_pool=verdicts.count(Fit.EXCEEDS_POOL),
+            examined=len(candidates),
+        )
+
+    verdict_of: dict[str, Fit] = {}
+
+    def admits(name: str) -> bool:
+        verdict = fits(_account(accounts, name), need)
+        verdict_of[name] = verdict
+        return verdict.admits
+
+    sample = best_of_k(candidates, policy.sample_size, policy.widening, admits, rng)
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for name in sample.rejected:
+        if verdict_of[name] is Fit.EXCEEDS_POOL:
+            unresolvable[name] = reasons.exceeds_pool
+        else:
+            failed[name] = reasons.insufficient
+    insufficient, exceeds_pool = len(failed), len(unresolvable)
+
+    if sample.kept:
+        outcome = Outcome.FIT
+    elif not sample.exhausted:
+        outcome = Outcome.NO_FIT_IN_SAMPLE
+        # Unexamined nodes are reported, not dropped: a dropped node counts as
+        # unresolvable and preemption would skip it.
+        examined = verdict_of.keys()
+        failed.update((n, reasons.not_sampled) for n in candidates if n not in examined)
+    elif insufficient:
+        outcome = Outcome.NO_HUGEPAGE_CAPACITY
+    else:
+        outcome = Outcome.NO_COMPATIBLE_NODE
+    return FilterDecision(
+        passed=sample.kept,
+        failed=failed,
+        unresolvable=unresolvable,
+        outcome=outcome,
+        insufficient=insufficient,
+        exceeds_pool=exceeds_pool,
+        examined=len(verdict_of),
+        widened=sample.widened,
+    )
+
+
+def prioritize_nodes(
+    demand: PodDemand,
+    candidates: Sequence[str],
+    *,
+    accounts: Accounts,
+    policy: Policy,
+) -> list[tuple[str, int]]:
+    """A 0..10 score per candidate; neutral (all 0) unless the policy enforces."""
+    if policy.mode is not Mode.ENFORCE or not demand.wants_hugepages:
+        return [(name, 0) for name in candidates]
+    return [(name, priority(node_load(_account(accounts, name), demand, policy))) for name in candidates]

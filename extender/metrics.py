@@ -1,0 +1,67 @@
+"""The extender's Prometheus metrics, on a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from extender.cluster import ClusterState
+
+_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "hugepage_extender_requests",
+            "Extender HTTP requests by verb and status code.",
+            ["verb", "code"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "hugepage_extender_request_duration_seconds",
+            "Time to answer an extender verb, from body read to response built.",
+            ["verb"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.filter_outcomes = Counter(
+            "hugepage_extender_filter_outcomes",
+            "Filter calls by mode and outcome (fit, no_hugepage_capacity, no_compatible_node, ...).",
+            ["mode", "outcome"],
+            registry=r,
+        )
+        self.fit_rejections = Counter(
+            "hugepage_extender_fit_rejected_nodes",
+            "Nodes whose hugepage pool could not hold the pod; in shadow mode the would-be rejections.",
+            ["mode", "reason"],
+            registry=r,
+        )
+        self.widenings = Counter(
+            "hugepage_extender_widenings",
+            "Filter calls whose best-of-K sample held no fitting node, so the widening strategy acted.",
+            ["widening"],
+            registry=r,
+        )
+        self.reservations = Counter(
+            "hugepage_extender_inflight_reservations",
+            "Placements counted in flight, by the verb that learnt the node (filter or bind).",
+            ["source"],
+            registry=r,
+        )
+        self.binds = Counter("hugepage_extender_binds", "Bind verb calls by result.", ["result"], registry=r)
+        self.events = Counter(
+            "hugepage_extender_events", "Events posted on pods no node could take, by reason.", ["reason"], registry=r
+        )
+        self.ready = Gauge("hugepage_extender_ready", "1 once the cluster state is loaded.", registry=r)
+        self.nodes = Gauge("hugepage_extender_cached_nodes", "Nodes in the extender's cache.", registry=r)
+        self.pods = Gauge("hugepage_extender_cached_pods", "Bound, non-terminal pods in the cache.", registry=r)
+        self.inflight = Gauge("hugepage_extender_inflight_placements", "Placements in flight now.", registry=r)
+
+    def watch_state(self, state: ClusterState) -> None:
+        """Gauges read the state at scrape time, so they are never stale."""
+        self.ready.set_function(lambda: 1.0 if state.ready else 0.0)
+        self.nodes.set_function(lambda: float(state.node_count))
+        self.pods.set_function(lambda: float(state.pod_count))
+        self.inflight.set_function(lambda: float(state.inflight_count))

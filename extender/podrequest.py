@@ -1,0 +1,88 @@
+"""What a pod asks of a node: Kubernetes' effective request rule.
+
+Mirrors ``resource.PodRequests`` in k8s.io/component-helpers:
+app containers are summed; restartable init containers (sidecars, with
+``restartPolicy: Always``) are added to that sum and stay running while later
+init containers run; the pod needs at least the peak of any init container
+plus the sidecars started before it; pod-level ``spec.resources`` replaces
+the container total where set; ``spec.overhead`` is added last. A limit stands
+in for an absent request, as API defaulting does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from extender.objects import Container, Pod, PodSpec, ResourceList, ResourceRequirements
+from extender.quantity import ceil_millis, ceil_units, parse
+
+_ZERO = Decimal(0)
+
+
+@dataclass(frozen=True, slots=True)
+class PodDemand:
+    """The hugepage bytes and CPU a pod needs on the node it lands on."""
+
+    hugepage_bytes: int
+    cpu_millis: int
+
+    @property
+    def wants_hugepages(self) -> bool:
+        return self.hugepage_bytes > 0
+
+
+def _declared(resources: ResourceRequirements | None, name: str) -> Decimal | None:
+    if resources is None:
+        return None
+    for source in (resources.requests, resources.limits):
+        if source is not None and name in source:
+            return parse(source[name])
+    return None
+
+
+def _container_request(container: Container, name: str) -> Decimal:
+    return _declared(container.resources, name) or _ZERO
+
+
+def _from_list(resources: ResourceList | None, name: str) -> Decimal:
+    if resources is None or name not in resources:
+        return _ZERO
+    return parse(resources[name])
+
+
+def effective_request(spec: PodSpec, name: str) -> Decimal:
+    """The pod's request for one resource, as the scheduler computes it."""
+    total = sum((_container_request(c, name) for c in spec.containers), _ZERO)
+    sidecars = _ZERO
+    init_peak = _ZERO
+    for container in spec.init_containers or ():
+        request = _container_request(container, name)
+        if container.restart_policy == "Always":
+            total += request
+            sidecars += request
+            running = sidecars
+        else:
+            running = request + sidecars
+        init_peak = max(init_peak, running)
+    total = max(total, init_peak)
+    pod_level = _declared(spec.resources, name)
+    if pod_level is not None:
+        total = pod_level
+    return total + _from_list(spec.overhead, name)
+
+
+def pod_demand(pod: Pod, resource_name: str, *, need_from_memory: bool) -> PodDemand:
+    """The pod's need for ``resource_name`` (e.g. ``hugepages-2Mi``) and CPU.
+
+    With ``need_from_memory`` (VM-backed pods whose guest RAM is backed by
+    hugepages), a pod that requests no hugepages needs its memory request in
+    hugepages instead.
+    """
+    hugepage_bytes = ceil_units(effective_request(pod.spec, resource_name))
+    if hugepage_bytes == 0 and need_from_memory:
+        hugepage_bytes = ceil_units(effective_request(pod.spec, "memory"))
+    return PodDemand(
+        hugepage_bytes=hugepage_bytes,
+        cpu_millis=ceil_millis(effective_request(pod.spec, "cpu")),
+    )

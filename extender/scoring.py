@@ -1,0 +1,53 @@
+"""Node load for one request, and the extender priority derived from it.
+
+The reference engine's score (docs: shared best-of-k-scoring): lower load is a
+better node. Hugepage load uses the same counters as ``capacity.fits``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from extender.capacity import NodeAccount
+from extender.podrequest import PodDemand
+from extender.policy import Policy
+
+MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority
+NO_POOL_LOAD = 0.5  # a node without a pool is unknown, not free
+
+
+def cpu_load(account: NodeAccount, demand: PodDemand, overcommit_ratio: float) -> float:
+    """(requested + allocated + pending) / (R * cpus); a node with 0 CPUs is never preferred."""
+    if account.cpu_millis <= 0:
+        return math.inf
+    busy = demand.cpu_millis + account.cpu_requested_millis + account.pending_cpu_millis
+    return busy / (overcommit_ratio * account.cpu_millis)
+
+
+def hugepage_load(account: NodeAccount, demand: PodDemand, alpha: float) -> float:
+    """memoryScore: (request + committed + pending + alpha * used) / pool, all in bytes.
+
+    No over-commit factor: the pool is physical, so the load can exceed 1.
+    """
+    if not account.has_pool:
+        return NO_POOL_LOAD
+    page = account.page_size
+    load_bytes = (
+        demand.hugepage_bytes
+        + account.committed_pages * page
+        + account.pending_bytes
+        + alpha * account.used_pages * page
+    )
+    return load_bytes / (account.total_pages * page)
+
+
+def node_load(account: NodeAccount, demand: PodDemand, policy: Policy) -> float:
+    cpu = cpu_load(account, demand, policy.overcommit_ratio)
+    if not policy.score_hugepages:
+        return cpu
+    return max(cpu, hugepage_load(account, demand, policy.alpha))
+
+
+def priority(load: float) -> int:
+    """round(10 * (1 - min(load, 1))), halves rounded up as Go's math.Round does."""
+    return math.floor(MAX_PRIORITY * (1.0 - min(load, 1.0)) + 0.5)

@@ -1,0 +1,216 @@
+"""The HTTP edge: parse, decide, render. No placement logic lives here.
+
+Data flows one way: request body -> ``wire.parse_*`` -> ``decision.*`` ->
+``wire.render_*`` -> response. One middleware maps known errors to clear 4xx
+answers (with an honest log line) and anything else to a logged 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from typing import Protocol
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from extender.cluster import ClusterState
+from extender.config import Config
+from extender.decision import FilterDecision, Outcome, Reasons, filter_nodes, prioritize_nodes
+from extender.metrics import Metrics
+from extender.objects import Pod
+from extender.policy import Mode, Policy
+from extender.quantity import QuantityError
+from extender.wire import (
+    BindingArgs,
+    WireError,
+    parse_binding_args,
+    parse_extender_args,
+    render_binding,
+    render_error,
+    render_filter,
+    render_filter_error,
+    render_priorities,
+)
+
+log = logging.getLogger("extender.server")
+
+JSON = "application/json"
+NOT_SYNCED = "hugepage-extender: cluster state not synced yet; retry"
+
+
+class BindError(Exception):
+    """The Binding could not be created; the message goes back to the scheduler."""
+
+
+class Binder(Protocol):
+    async def bind(self, args: BindingArgs) -> None: ...
+
+
+class EventRecorder(Protocol):
+    def no_fit(self, pod: Pod, decision: FilterDecision) -> None: ...
+
+
+class Extender:
+    """The verbs, over one cluster state and one config."""
+
+    def __init__(
+        self,
+        config: Config,
+        state: ClusterState,
+        metrics: Metrics,
+        *,
+        rng: random.Random | None = None,
+        binder: Binder | None = None,
+        events: EventRecorder | None = None,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.metrics = metrics
+        self.binder = binder
+        self.events = events
+        self.reasons = Reasons.for_resource(config.resource_name)
+        self._rng = rng or random.Random()
+
+    async def filter(self, request: web.Request) -> web.Response:
+        args = parse_extender_args(await request.read())
+        if not self.state.ready:
+            log.warning("filter before the cluster state is synced: answering with an error")
+            return web.Response(body=render_filter_error(NOT_SYNCED), content_type=JSON)
+        pod = args.pod
+        policy = self.config.policy_for(pod.metadata.namespace)
+        demand = self.state.demand_of(pod)
+        self.state.expire_reservations()
+        decision = filter_nodes(
+            demand,
+            args.node_names,
+            accounts=self.state.accounts,
+            policy=policy,
+            reasons=self.reasons,
+            rng=self._rng,
+        )
+        self._observe(pod, policy, decision, len(args.node_names))
+        chosen = decision.chosen
+        if (
+            policy.mode is Mode.ENFORCE
+            and chosen is not None
+            and demand.wants_hugepages
+            and self.state.reserve(pod.metadata.uid, chosen, demand, policy.reservation_timeout_seconds)
+        ):
+            self.metrics.reservations.labels("filter").inc()
+        return web.Response(body=render_filter(args, decision), content_type=JSON)
+
+    async def prioritize(self, request: web.Request) -> web.Response:
+        args = parse_extender_args(await request.read())
+        if not self.state.ready:
+            # Prioritize errors are ignored by the scheduler; neutral scores say the same.
+            return web.Response(body=render_priorities((n, 0) for n in args.node_names), content_type=JSON)
+        pod = args.pod
+        policy = self.config.policy_for(pod.metadata.namespace)
+        demand = self.state.demand_of(pod)
+        scores = prioritize_nodes(demand, args.node_names, accounts=self.state.accounts, policy=policy)
+        return web.Response(body=render_priorities(scores), content_type=JSON)
+
+    async def bind(self, request: web.Request) -> web.Response:
+        args = parse_binding_args(await request.read())
+        if self.binder is None:
+            raise web.HTTPNotFound(text="bind verb is not enabled", content_type="text/plain")
+        try:
+            await self.binder.bind(args)
+        except BindError as error:
+            self.metrics.binds.labels("error").inc()
+            log.warning("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, error)
+            return web.Response(body=render_binding(str(error)), content_type=JSON)
+        self.metrics.binds.labels("bound").inc()
+        return web.Response(body=render_binding(), content_type=JSON)
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        if not self.state.ready:
+            raise web.HTTPServiceUnavailable(text="cluster state not synced")
+        return web.Response(text="ok")
+
+    async def metrics_page(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    def _observe(self, pod: Pod, policy: Policy, decision: FilterDecision, candidates: int) -> None:
+        outcome = decision.outcome
+        mode = policy.mode
+        if outcome is Outcome.PASSTHROUGH:
+            return
+        m = self.metrics
+        m.filter_outcomes.labels(mode.value, outcome.value).inc()
+        if decision.insufficient:
+            m.fit_rejections.labels(mode.value, "insufficient").inc(decision.insufficient)
+        if decision.exceeds_pool:
+            m.fit_rejections.labels(mode.value, "exceeds_pool").inc(decision.exceeds_pool)
+        if decision.widened:
+            m.widenings.labels(policy.widening.value).inc()
+        if decision.passed or outcome is Outcome.SHADOW:
+            return
+        log.info(
+            "no node fits pod %s/%s: outcome=%s candidates=%d examined=%d insufficient=%d exceeds_pool=%d",
+            pod.metadata.namespace,
+            pod.metadata.name,
+            outcome.value,
+            candidates,
+            decision.examined,
+            decision.insufficient,
+            decision.exceeds_pool,
+        )
+        if self.events is not None:
+            self.events.no_fit(pod, decision)
+
+
+def _error_middleware(metrics: Metrics, max_bytes: int) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        verb = request.path.strip("/") or "root"
+        started = time.perf_counter()
+        try:
+            response = await handler(request)
+        except (WireError, QuantityError) as error:
+            log.warning("bad %s request from %s: %s", verb, request.remote, error)
+            response = web.Response(status=400, body=render_error(str(error)), content_type=JSON)
+        except web.HTTPRequestEntityTooLarge:
+            log.warning("bad %s request from %s: body over %d bytes", verb, request.remote, max_bytes)
+            message = f"request body over maxRequestBytes ({max_bytes} bytes)"
+            response = web.Response(status=413, body=render_error(message), content_type=JSON)
+        except web.HTTPException as error:
+            response = error
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s request failed", verb)
+            response = web.Response(status=500, body=render_error("internal error"), content_type=JSON)
+        if request.method == "POST":
+            metrics.requests.labels(verb, str(response.status)).inc()
+            metrics.latency.labels(verb).observe(time.perf_counter() - started)
+        return response
+
+    return middleware
+
+
+EXTENDER = web.AppKey("extender", Extender)
+
+
+def create_app(extender: Extender) -> web.Application:
+    app = web.Application(
+        client_max_size=extender.config.max_request_bytes,
+        middlewares=[_error_middleware(extender.metrics, extender.config.max_request_bytes)],
+    )
+    app[EXTENDER] = extender
+    extender.metrics.watch_state(extender.state)
+    app.router.add_post("/filter", extender.filter)
+    app.router.add_post("/prioritize", extender.prioritize)
+    app.router.add_post("/bind", extender.bind)
+    app.router.add_get("/healthz", extender.healthz)
+    app.router.add_get("/readyz", extender.readyz)
+    app.router.add_get("/metrics", extender.metrics_page)
+    return app
