@@ -116,17 +116,26 @@ def page_size_of(resource_name: str) -> int:
         raise ConfigError(f"resourceName: {error}") from None
 
 
+def _yaml_off(fields: Any) -> Any:
+    """YAML 1.1 reads an unquoted ``mode: off`` as the boolean false; take it as meant."""
+    if isinstance(fields, dict) and fields.get("mode") is False:
+        return {**fields, "mode": Mode.OFF.value}
+    return fields
+
+
 def build_config(
     document: Any,
     environ: Mapping[str, str],
     exempt_namespaces: frozenset[str] = frozenset(),
 ) -> Config:
     """Validate a parsed YAML document (None for an empty file) into a Config."""
+    if isinstance(document, dict) and "defaults" in document:
+        document = {**document, "defaults": _yaml_off(document["defaults"])}
     raw = _convert(document or {}, _ConfigFile, "")
     page_size = page_size_of(raw.resource_name)
     defaults = _overlay(_overlay(Policy(), raw.defaults), _env_fields(environ))
     namespaces = {
-        str(name): _overlay(defaults, _convert(fields or {}, _PolicyFields, f"namespaces.{name}"))
+        str(name): _overlay(defaults, _convert(_yaml_off(fields) or {}, _PolicyFields, f"namespaces.{name}"))
         for name, fields in raw.namespaces.items()
     }
     return Config(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from extender.capacity import NodeAccount
+from extender.capacity import NodeAccount, hugepages_for
 from extender.podrequest import PodDemand
 from extender.policy import Policy
 
@@ -25,20 +25,24 @@ def cpu_load(account: NodeAccount, demand: PodDemand, overcommit_ratio: float) -
 
 
 def hugepage_load(account: NodeAccount, demand: PodDemand, alpha: float) -> float:
-    """memoryScore: (request + committed + pending + alpha * used) / pool, all in bytes.
+    """memoryScore: (request + committed + pending + alpha * used) / pool, in bytes.
 
     No over-commit factor: the pool is physical, so the load can exceed 1.
+    The request and the in-flight bytes are counted in whole pages, as
+    ``fits`` counts them, so that with alpha = 0 a load <= 1 is exactly
+    ``fits``: ranking and admission never disagree (the reference's cases are
+    whole pages, so its values are unchanged).
     """
     if not account.has_pool:
         return NO_POOL_LOAD
     page = account.page_size
-    load_bytes = (
-        demand.hugepage_bytes
-        + account.committed_pages * page
-        + account.pending_bytes
-        + alpha * account.used_pages * page
+    load_pages = (
+        hugepages_for(demand.hugepage_bytes, page)
+        + account.committed_pages
+        + account.pending_pages
+        + alpha * account.used_pages
     )
-    return load_bytes / (account.total_pages * page)
+    return load_pages / account.total_pages
 
 
 def node_load(account: NodeAccount, demand: PodDemand, policy: Policy) -> float:

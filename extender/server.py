@@ -117,7 +117,8 @@ class Extender:
     async def bind(self, request: web.Request) -> web.Response:
         args = parse_binding_args(await request.read())
         if self.binder is None:
-            raise web.HTTPNotFound(text="bind verb is not enabled", content_type="text/plain")
+            message = "bind verb is not enabled (serve --enable-bind)"
+            return web.Response(status=404, body=render_error(message), content_type=JSON)
         try:
             await self.binder.bind(args)
         except BindError as error:
@@ -173,26 +174,34 @@ def _error_middleware(metrics: Metrics, max_bytes: int) -> Middleware:
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         verb = request.path.strip("/") or "root"
         started = time.perf_counter()
+        status = 500
         try:
-            response = await handler(request)
+            response = await _answer(request, handler, verb)
+            status = response.status
+            return response
+        except web.HTTPException as error:
+            status = error.status
+            raise
+        finally:
+            if request.method == "POST":
+                metrics.requests.labels(verb, str(status)).inc()
+                metrics.latency.labels(verb).observe(time.perf_counter() - started)
+
+    async def _answer(request: web.Request, handler: Handler, verb: str) -> web.StreamResponse:
+        try:
+            return await handler(request)
         except (WireError, QuantityError) as error:
             log.warning("bad %s request from %s: %s", verb, request.remote, error)
-            response = web.Response(status=400, body=render_error(str(error)), content_type=JSON)
+            return web.Response(status=400, body=render_error(str(error)), content_type=JSON)
         except web.HTTPRequestEntityTooLarge:
             log.warning("bad %s request from %s: body over %d bytes", verb, request.remote, max_bytes)
             message = f"request body over maxRequestBytes ({max_bytes} bytes)"
-            response = web.Response(status=413, body=render_error(message), content_type=JSON)
-        except web.HTTPException as error:
-            response = error
-        except asyncio.CancelledError:
+            return web.Response(status=413, body=render_error(message), content_type=JSON)
+        except (web.HTTPException, asyncio.CancelledError):
             raise
         except Exception:
             log.exception("%s request failed", verb)
-            response = web.Response(status=500, body=render_error("internal error"), content_type=JSON)
-        if request.method == "POST":
-            metrics.requests.labels(verb, str(response.status)).inc()
-            metrics.latency.labels(verb).observe(time.perf_counter() - started)
-        return response
+            return web.Response(status=500, body=render_error("internal error"), content_type=JSON)
 
     return middleware
 

@@ -1,0 +1,132 @@
+"""ClusterState: accounts from nodes and pods, and placements in flight."""
+
+import pytest
+
+from extender.capacity import NodeAccount
+from extender.cluster import ClusterState
+from extender.config import build_config
+from extender.podrequest import PodDemand
+from extender.quantity import QuantityError
+from tests.conftest import PAGE_2MI, GiB, make_node, make_pod
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def state(clock: Clock) -> ClusterState:
+    config = build_config({"namespaces": {"vms": {"needFromMemory": True}}}, {})
+    s = ClusterState(config, clock=clock)
+    s.replace(
+        [make_node("a", hugepages="4Gi", cpu="8", reserved="1Gi"), make_node("b", hugepages="2Gi"), make_node("c")],
+        [
+            make_pod("p1", hugepages="1Gi", cpu="2", node="a", phase="Running"),
+            make_pod("p2", hugepages="1Gi", node="a", phase="Succeeded"),  # terminal: not counted
+            make_pod("p3", hugepages="1Gi"),  # not bound: not counted
+            make_pod("vm", "vms", memory="1Gi", cpu="1", node="b", phase="Running"),  # need from memory
+        ],
+    )
+    return s
+
+
+def test_accounts_from_allocatable_pods_and_annotations(state: ClusterState) -> None:
+    assert state.ready
+    assert state.accounts["a"] == NodeAccount(
+        page_size=PAGE_2MI,
+        total_pages=2048,
+        used_pages=512,
+        reserved_pages=512,
+        cpu_millis=8000,
+        cpu_requested_millis=2000,
+    )
+    assert state.accounts["b"].used_pages == 512
+    assert not state.accounts["c"].has_pool
+    assert state.pod_count == 2
+
+
+def test_pod_lifecycle_updates_only_the_nodes_it_touches(state: ClusterState) -> None:
+    state.apply_pod(make_pod("p3", hugepages="1Gi", node="b", phase="Running"))
+    assert state.accounts["b"].used_pages == 1024
+    state.apply_pod(make_pod("p3", hugepages="1Gi", node="b", phase="Succeeded"))
+    assert state.accounts["b"].used_pages == 512
+    state.apply_pod(make_pod("p1", hugepages="1Gi", cpu="2", node="a", phase="Running"))  # replay is idempotent
+    assert state.accounts["a"].used_pages == 512
+    state.remove_pod("uid-default-p1")
+    assert state.accounts["a"].used_pages == 0
+    assert state.accounts["a"].cpu_requested_millis == 0
+
+
+def test_reservation_counts_until_the_pod_is_seen_bound(state: ClusterState) -> None:
+    demand = PodDemand(GiB, 500)
+    assert state.reserve("uid-default-p3", "b", demand, 30)
+    assert state.accounts["b"].pending_bytes == GiB
+    assert state.accounts["b"].pending_cpu_millis == 500
+    state.apply_pod(make_pod("p3", hugepages="1Gi", node="b", phase="Pending"))
+    assert state.accounts["b"].pending_bytes == 0
+    assert state.accounts["b"].used_pages == 1024  # counted once, as usage
+
+
+def test_reservation_is_idempotent_per_pod_and_moves_with_it(state: ClusterState) -> None:
+    demand = PodDemand(GiB, 0)
+    state.reserve("u", "a", demand, 30)
+    state.reserve("u", "a", demand, 30)
+    assert state.accounts["a"].pending_bytes == GiB
+    state.reserve("u", "b", demand, 30)
+    assert state.accounts["a"].pending_bytes == 0
+    assert state.accounts["b"].pending_bytes == GiB
+    assert state.inflight_count == 1
+
+
+def test_reservation_ends_when_the_pod_is_deleted_or_times_out(state: ClusterState, clock: Clock) -> None:
+    state.reserve("gone", "a", PodDemand(GiB, 0), 30)
+    state.remove_pod("gone")
+    assert state.accounts["a"].pending_bytes == 0
+    state.reserve("slow", "a", PodDemand(GiB, 0), 30)
+    clock.now += 29.9
+    state.expire_reservations()
+    assert state.accounts["a"].pending_bytes == GiB
+    clock.now += 0.2
+    state.expire_reservations()
+    assert state.accounts["a"].pending_bytes == 0
+    assert state.inflight_count == 0
+
+
+def test_bound_pods_are_not_reserved_twice(state: ClusterState) -> None:
+    assert not state.reserve("uid-default-p1", "a", PodDemand(GiB, 0), 30)
+    assert state.accounts["a"].pending_bytes == 0
+
+
+def test_reservations_survive_a_relist(state: ClusterState) -> None:
+    state.reserve("in-flight", "a", PodDemand(GiB, 0), 30)
+    state.replace([make_node("a", hugepages="4Gi")], [])
+    assert state.accounts["a"].pending_bytes == GiB
+    assert set(state.accounts) == {"a"}
+
+
+def test_node_changes_and_removal(state: ClusterState) -> None:
+    state.apply_node(make_node("b", hugepages="8Gi"))
+    assert state.accounts["b"].total_pages == 4096
+    assert state.accounts["b"].used_pages == 512
+    state.remove_node("b")
+    assert "b" not in state.accounts
+    state.apply_node(make_node("b", hugepages="8Gi"))  # pods bound to it were kept
+    assert state.accounts["b"].used_pages == 512
+
+
+def test_a_bad_object_leaves_the_state_whole(state: ClusterState) -> None:
+    before = dict(state.accounts)
+    with pytest.raises(QuantityError):
+        state.apply_pod(make_pod("p1", hugepages="lots", node="a", phase="Running"))
+    with pytest.raises(QuantityError):
+        state.replace([make_node("z", hugepages="plenty")], [])
+    assert state.accounts == before

@@ -1,0 +1,88 @@
+"""Properties: admission and ranking never disagree; fullscan never fails falsely."""
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.capacity import Fit, NodeAccount, fits
+from extender.decision import Reasons, filter_nodes, prioritize_nodes
+from extender.podrequest import PodDemand
+from extender.policy import Mode, Policy, Widening
+from extender.scoring import hugepage_load
+
+PAGE = 2 * 1024 * 1024
+REASONS = Reasons.for_resource("hugepages-2Mi")
+
+
+@st.composite
+def accounts(draw: st.DrawFn) -> NodeAccount:
+    total = draw(st.integers(0, 2000))
+    return NodeAccount(
+        page_size=PAGE if total else 0,
+        total_pages=total,
+        used_pages=draw(st.integers(0, 2200)),
+        reserved_pages=draw(st.integers(0, 300)),
+        pending_bytes=draw(st.integers(0, 400)) * PAGE // draw(st.sampled_from([1, 3])),
+        cpu_millis=draw(st.integers(0, 64_000)),
+        cpu_requested_millis=draw(st.integers(0, 64_000)),
+    )
+
+
+clusters = st.dictionaries(st.text("abcdefgh", min_size=1, max_size=4), accounts(), max_size=25)
+demands = st.builds(PodDemand, st.integers(1, 5000 * PAGE), st.integers(0, 8000))
+policies = st.builds(
+    Policy,
+    mode=st.just(Mode.ENFORCE),
+    sample_size=st.integers(0, 6),
+    widening=st.sampled_from(list(Widening)),
+    alpha=st.floats(0, 2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(account=accounts(), demand=demands)
+def test_fits_is_exactly_a_committed_load_of_at_most_one(account: NodeAccount, demand: PodDemand) -> None:
+    verdict = fits(account, demand.hugepage_bytes)
+    if not account.has_pool:
+        assert verdict is Fit.NO_POOL
+    else:
+        assert (verdict is Fit.FITS) == (hugepage_load(account, demand, alpha=0.0) <= 1.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cluster=clusters, demand=demands, policy=policies, seed=st.integers())
+def test_filter_and_prioritize_never_disagree(
+    cluster: dict[str, NodeAccount], demand: PodDemand, policy: Policy, seed: int
+) -> None:
+    names = list(cluster)
+    decision = filter_nodes(demand, names, accounts=cluster, policy=policy, reasons=REASONS, rng=random.Random(seed))
+    assert set(decision.passed) <= set(names)
+    if policy.sample_size:
+        assert len(decision.passed) <= policy.sample_size
+    scores = dict(prioritize_nodes(demand, decision.passed, accounts=cluster, policy=policy))
+    for name in decision.passed:
+        account = cluster[name]
+        assert fits(account, demand.hugepage_bytes).admits
+        if account.has_pool:
+            assert hugepage_load(account, demand, alpha=0.0) <= 1.0
+        assert 0 <= scores[name] <= 10
+    for name in (*decision.failed, *decision.unresolvable):
+        assert name not in decision.passed
+    if not decision.passed:
+        assert set(decision.failed) | set(decision.unresolvable) == set(names)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cluster=clusters, demand=demands, k=st.integers(0, 6), seed=st.integers())
+def test_fullscan_never_fails_when_a_node_fits(
+    cluster: dict[str, NodeAccount], demand: PodDemand, k: int, seed: int
+) -> None:
+    names = list(cluster)
+    any_fits = any(fits(a, demand.hugepage_bytes).admits for a in cluster.values())
+    for widening in (Widening.FULLSCAN, Widening.DRAW_UNTIL_K):
+        policy = Policy(mode=Mode.ENFORCE, sample_size=k, widening=widening)
+        decision = filter_nodes(
+            demand, names, accounts=cluster, policy=policy, reasons=REASONS, rng=random.Random(seed)
+        )
+        assert bool(decision.passed) == any_fits

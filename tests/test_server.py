@@ -1,0 +1,219 @@
+"""The extender over HTTP, through aiohttp's test client: both wire modes, bad input."""
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from extender.cluster import ClusterState
+from extender.config import build_config
+from extender.decision import Reasons
+from extender.metrics import Metrics
+from extender.server import NOT_SYNCED, Extender, create_app
+from tests.conftest import make_node, make_pod, pod_json
+
+ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]
+Client = TestClient[web.Request, web.Application]
+
+CONFIG = {
+    "maxRequestBytes": 200_000,
+    "defaults": {"mode": "enforce", "sampleSize": 0},
+    "namespaces": {"canary": {"mode": "shadow"}, "legacy": {"mode": "off"}},
+}
+REASONS = Reasons.for_resource("hugepages-2Mi")
+NODES = [
+    make_node("roomy", hugepages="4Gi"),
+    make_node("full", hugepages="2Gi"),
+    make_node("small", hugepages="512Mi"),
+    make_node("plain"),
+]
+PODS = [make_pod("hog", hugepages="2Gi", node="full", phase="Running")]
+
+
+def node_json(name: str) -> dict[str, Any]:
+    node = next(n for n in NODES if n.metadata.name == name)
+    document: dict[str, Any] = msgspec.to_builtins(node)
+    document["metadata"]["labels"] = {"kubernetes.io/hostname": name}  # a field the extender never reads
+    return document
+
+
+def args(namespace: str = "default", hugepages: str | None = "1Gi", names: list[str] | None = None) -> dict[str, Any]:
+    pod = pod_json(make_pod("web-0", namespace, hugepages=hugepages, cpu="1"))
+    return {"Pod": pod, "NodeNames": names if names is not None else ["roomy", "full", "small", "plain"]}
+
+
+def full_args(
+    namespace: str = "default", names: tuple[str, ...] = ("roomy", "full", "small", "plain")
+) -> dict[str, Any]:
+    pod = pod_json(make_pod("web-0", namespace, hugepages="1Gi", cpu="1"))
+    return {"Pod": pod, "Nodes": {"items": [node_json(n) for n in names]}, "NodeNames": None}
+
+
+@pytest.fixture
+def state() -> ClusterState:
+    s = ClusterState(build_config(CONFIG, {}, frozenset({"hugepage-extender"})))
+    s.replace(NODES, PODS)
+    return s
+
+
+@pytest.fixture
+def extender(state: ClusterState) -> Extender:
+    config = build_config(CONFIG, {}, frozenset({"hugepage-extender"}))
+    return Extender(config, state, Metrics(), rng=random.Random(1))
+
+
+@pytest.fixture
+async def client(aiohttp_client: ClientFactory, extender: Extender) -> Client:
+    return await aiohttp_client(create_app(extender))
+
+
+async def post(client: Client, verb: str, body: Any) -> tuple[int, Any]:
+    data = body if isinstance(body, bytes) else msgspec.json.encode(body)
+    response = await client.post(f"/{verb}", data=data, headers={"Content-Type": "application/json"})
+    return response.status, msgspec.json.decode(await response.read())
+
+
+async def test_filter_node_names_mode(client: Client) -> None:
+    status, result = await post(client, "filter", args())
+    assert status == 200
+    assert result["NodeNames"] == ["roomy", "plain"]
+    assert result["Nodes"] is None
+    assert result["FailedNodes"] == {"full": "Insufficient hugepages-2Mi (pool in use or held by placements in flight)"}
+    assert result["FailedAndUnresolvableNodes"] == {
+        "small": "Pod's hugepages-2Mi request exceeds the node's whole pool"
+    }
+    assert result["Error"] == ""
+
+
+async def test_filter_full_nodes_mode_echoes_the_admitted_objects(client: Client) -> None:
+    status, result = await post(client, "filter", full_args())
+    assert status == 200
+    assert result["Nodes"]["items"] == [node_json("roomy"), node_json("plain")]
+    assert result["NodeNames"] is None
+    assert set(result["FailedNodes"]) == {"full"}
+
+
+async def test_keys_in_any_casing_are_accepted(client: Client) -> None:
+    body = {k.lower(): v for k, v in args().items()}
+    status, result = await post(client, "filter", body)
+    assert status == 200
+    assert result["NodeNames"] == ["roomy", "plain"]
+    body = {"POD": body["pod"], "nodeNames": body["nodenames"]}
+    assert (await post(client, "filter", body))[1]["NodeNames"] == ["roomy", "plain"]
+
+
+@pytest.mark.parametrize("namespace", ["canary", "legacy", "hugepage-extender"])
+async def test_shadow_off_and_own_namespace_pass_every_node(client: Client, namespace: str) -> None:
+    status, result = await post(client, "filter", args(namespace))
+    assert status == 200
+    assert result["NodeNames"] == ["roomy", "full", "small", "plain"]
+
+
+async def test_shadow_counts_would_be_rejections(client: Client) -> None:
+    await post(client, "filter", args("canary"))
+    metrics = await (await client.get("/metrics")).text()
+    assert 'hugepage_extender_fit_rejected_nodes_total{mode="shadow",reason="insufficient"} 1.0' in metrics
+    assert 'hugepage_extender_fit_rejected_nodes_total{mode="shadow",reason="exceeds_pool"} 1.0' in metrics
+    assert 'hugepage_extender_filter_outcomes_total{mode="shadow",outcome="shadow"} 1.0' in metrics
+
+
+async def test_no_fit_outcome_is_labelled(client: Client) -> None:
+    status, result = await post(client, "filter", args(names=["full", "small"]))
+    assert status == 200
+    assert result["NodeNames"] == []
+    metrics = await (await client.get("/metrics")).text()
+    assert 'outcome="no_hugepage_capacity"' in metrics
+
+
+async def test_pods_without_hugepages_get_every_candidate(client: Client) -> None:
+    status, result = await post(client, "filter", args(hugepages=None))
+    assert result["NodeNames"] == ["roomy", "full", "small", "plain"]
+    assert status == 200
+
+
+async def test_prioritize_both_modes(client: Client) -> None:
+    status, result = await post(client, "prioritize", args(names=["roomy", "plain"]))
+    assert status == 200
+    # roomy: CPU 1/(4*16); hugepages 512 / 2048 = 0.25 -> round(7.5) = 8; plain: no pool, 0.5 -> 5
+    assert result == [{"Host": "roomy", "Score": 8}, {"Host": "plain", "Score": 5}]
+    status, full = await post(client, "prioritize", full_args(names=("roomy", "plain")))
+    assert (status, full) == (200, result)
+
+
+async def test_a_single_survivor_is_held_in_flight_once(client: Client, state: ClusterState) -> None:
+    for _ in range(3):  # the scheduler may ask again for the same pod
+        _status, result = await post(client, "filter", args(names=["roomy", "full"]))
+        assert result["NodeNames"] == ["roomy"]
+    assert state.accounts["roomy"].pending_bytes == 1 << 30
+    assert state.inflight_count == 1
+
+
+async def test_not_ready_answers_an_error_never_every_node(aiohttp_client: ClientFactory, extender: Extender) -> None:
+    extender.state = ClusterState(extender.config)
+    client = await aiohttp_client(create_app(extender))
+    status, result = await post(client, "filter", args())
+    assert status == 200
+    assert result["Error"] == NOT_SYNCED
+    assert result["NodeNames"] is None
+    assert (await client.get("/readyz")).status == 503
+    assert (await client.get("/healthz")).status == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{not json", "malformed JSON"),
+        (b"[]", "ExtenderArgs must be a JSON object"),
+        (b'{"NodeNames": ["a"]}', "ExtenderArgs has no Pod"),
+        (b'{"Pod": {}}', "neither Nodes nor NodeNames"),
+        (b'{"Pod": {}, "NodeNames": "a"}', "invalid NodeNames: Expected `array | null`, got `str`"),
+        (b'{"Pod": {}, "NodeNames": [1]}', "invalid NodeNames"),
+        (b'{"Pod": [], "NodeNames": []}', "invalid Pod"),
+        (b'{"Pod": {"spec": {"containers": "x"}}, "NodeNames": []}', "at `Pod.spec.containers`"),
+        (b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}', "node without metadata.name"),
+        (b'{"Pod": {}, "Nodes": {"items": 3}}', "invalid Nodes"),
+        (
+            b'{"Pod": {"spec": {"containers": [{"resources": {"requests": {"hugepages-2Mi": "lots"}}}]}}, '
+            b'"NodeNames": ["roomy"]}',
+            "invalid quantity 'lots'",
+        ),
+    ],
+)
+async def test_bad_input_is_a_clear_400_and_changes_nothing(
+    client: Client, state: ClusterState, body: bytes, message: str
+) -> None:
+    before = dict(state.accounts)
+    for verb in ("filter", "prioritize"):
+        status, result = await post(client, verb, body)
+        assert status == 400
+        assert message in result["Error"]
+    assert state.accounts == before
+    status, _ = await post(client, "filter", args())
+    assert status == 200  # still serving
+
+
+async def test_oversized_body_is_413(client: Client) -> None:
+    big = args(names=[f"node-{i:06d}" for i in range(20_000)])
+    status, result = await post(client, "filter", big)
+    assert status == 413
+    assert "maxRequestBytes" in result["Error"]
+    assert (await post(client, "filter", args()))[0] == 200
+
+
+async def test_bind_is_off_unless_enabled(client: Client) -> None:
+    status, _ = await post(client, "bind", {"PodName": "p", "PodNamespace": "d", "PodUID": "u", "Node": "roomy"})
+    assert status == 404
+
+
+async def test_metrics_count_requests_and_bad_requests(client: Client) -> None:
+    await post(client, "filter", args())
+    await post(client, "filter", b"{")
+    metrics = await (await client.get("/metrics")).text()
+    assert 'hugepage_extender_requests_total{code="200",verb="filter"} 1.0' in metrics
+    assert 'hugepage_extender_requests_total{code="400",verb="filter"} 1.0' in metrics
+    assert "hugepage_extender_ready 1.0" in metrics
+    assert "hugepage_extender_cached_nodes 4.0" in metrics
