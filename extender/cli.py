@@ -3,25 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
+import socket
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
 import yaml
-from aiohttp import web
 
 from extender import __version__
 from extender.cluster import ClusterState
 from extender.config import Config, ConfigError, load_config
 from extender.explain import explain, render_table
+from extender.kube.binder import ApiBinder
+from extender.kube.client import api_client
+from extender.kube.events import PodEvents
+from extender.kube.informer import ClusterInformer
 from extender.metrics import Metrics
 from extender.objects import Pod
 from extender.quantity import QuantityError
-from extender.server import Extender, create_app
+from extender.server import Extender, create_app, create_probe_app, serve_until_stopped
 from extender.snapshot import SnapshotError, load_snapshot
 from extender.tls import TLSConfigError, server_ssl_context
 
@@ -39,32 +45,63 @@ def _config(args: argparse.Namespace) -> Config:
 
 def _serve(args: argparse.Namespace) -> int:
     config = _config(args)
+    tls = server_ssl_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+    live = args.in_cluster or args.kubeconfig is not None
+    if args.enable_bind and not live:
+        raise ConfigError("--enable-bind needs a cluster (--kubeconfig or --in-cluster)")
     state = ClusterState(config)
-    snapshot = load_snapshot(args.snapshot)
-    state.replace(snapshot.nodes, snapshot.pods)
-    source = args.snapshot or "the bundled example snapshot"
-    log.info("loaded %s: %d nodes, %d bound pods", source, state.node_count, state.pod_count)
-    extender = Extender(config, state, Metrics())
-    ssl_context = server_ssl_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+    if not live:
+        snapshot = load_snapshot(args.snapshot)
+        state.replace(snapshot.nodes, snapshot.pods)
+        source = args.snapshot or "the bundled example snapshot"
+        log.info("loaded %s: %d nodes, %d bound pods", source, state.node_count, state.pod_count)
     log.info(
-        "hugepage-extender %s serving %s on %s:%d (%s), default mode %s",
+        "hugepage-extender %s serving %s on %s:%d (%s%s), default mode %s, cluster state from %s",
         __version__,
         config.resource_name,
         args.host,
         args.port,
-        "https" if ssl_context else "http",
+        "https" if tls else "http",
+        ", client certificates required" if args.client_ca_file else "",
         config.placement.defaults.mode.value,
+        "the API server" if live else "a snapshot",
     )
-    web.run_app(
-        create_app(extender),
-        host=args.host,
-        port=args.port,
-        ssl_context=ssl_context,
-        shutdown_timeout=args.shutdown_timeout,
-        access_log=None,
-        print=None,
-    )
+    asyncio.run(_serve_async(args, config, state, tls, live=live))
     return 0
+
+
+async def _serve_async(
+    args: argparse.Namespace, config: Config, state: ClusterState, tls: ssl.SSLContext | None, *, live: bool
+) -> None:
+    metrics = Metrics()
+    if not live:
+        extender = Extender(config, state, metrics)
+        await _serve_apps(args, extender, tls)
+        return
+    api = api_client(args.kubeconfig, in_cluster=args.in_cluster)
+    informer = ClusterInformer(api, state)
+    binder = ApiBinder(api, timeout_seconds=args.bind_timeout_seconds) if args.enable_bind else None
+    events = (
+        PodEvents(api, metrics, resource_name=config.resource_name, instance=socket.gethostname())
+        if args.events
+        else None
+    )
+    extender = Extender(config, state, metrics, binder=binder, events=events)
+    informer.start(asyncio.get_running_loop())
+    try:
+        await _serve_apps(args, extender, tls)
+    finally:
+        informer.stop()
+        for closable in (binder, events):
+            if closable is not None:
+                closable.close()
+
+
+async def _serve_apps(args: argparse.Namespace, extender: Extender, tls: ssl.SSLContext | None) -> None:
+    apps = [(create_app(extender), args.host, args.port, tls)]
+    if args.probe_port:
+        apps.append((create_probe_app(extender), args.host, args.probe_port, None))
+    await serve_until_stopped(apps, shutdown_timeout=args.shutdown_timeout)
 
 
 def _read_pod(path: Path) -> Pod:
@@ -130,6 +167,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key-file", type=Path, help="private key of --tls-cert-file")
     serve.add_argument("--client-ca-file", type=Path, help="require client certificates signed by this CA")
     serve.add_argument("--shutdown-timeout", type=float, default=10.0, help="seconds to drain on SIGTERM")
+    serve.add_argument(
+        "--probe-port", type=int, help="also serve /healthz, /readyz and /metrics over plain HTTP on this port"
+    )
+    serve.add_argument("--kubeconfig", type=Path, help="list and watch this cluster instead of a snapshot")
+    serve.add_argument("--in-cluster", action="store_true", help="list and watch the cluster this pod runs in")
+    serve.add_argument("--enable-bind", action="store_true", help="serve the bind verb (creates Bindings)")
+    serve.add_argument(
+        "--bind-timeout-seconds",
+        type=float,
+        default=4.0,
+        help="API timeout of a bind; keep it under the scheduler's httpTimeout (default 5 s)",
+    )
+    serve.add_argument(
+        "--events",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="post an Event on pods no node can take (live cluster only)",
+    )
     serve.set_defaults(run=_serve)
 
     exp = commands.add_parser("explain", help="show, node by node, whether a pod fits and how it scores")

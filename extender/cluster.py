@@ -37,6 +37,15 @@ class PodUsage:
     cpu_millis: int
 
 
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """What the state keeps of a pod: a few numbers, never the object itself."""
+
+    uid: str
+    usage: PodUsage | None  # None: not bound, or terminal
+    terminal: bool
+
+
 class ClusterState:
     def __init__(self, config: Config, clock: Callable[[], float] = time.monotonic) -> None:
         self._config = config
@@ -72,14 +81,39 @@ class ClusterState:
     # -- feeding it ----------------------------------------------------------
 
     def replace(self, nodes: Iterable[Node], pods: Iterable[Pod]) -> None:
-        """Load a full listing (a snapshot, or a relist); marks the state ready.
+        """Load a full listing (a snapshot); marks the state ready.
 
         Every object is read before anything changes, so a bad object leaves
-        the previous state whole. Placements in flight survive a relist.
+        the previous state whole.
         """
-        capacities = {n.metadata.name: self._capacity(n) for n in nodes}
-        usages = {p.metadata.uid: u for p in pods if (u := self._usage(p)) is not None}
+        capacities = [self.node_record(n) for n in nodes]
+        records = [self.pod_record(p) for p in pods]
+        self.replace_nodes(capacities)
+        self.replace_pods(records)
+        self.ready = True
+
+    # Records are computed from objects by pure reads of the config, so a
+    # watch thread can compact a page of objects before handing it over.
+
+    def node_record(self, node: Node) -> tuple[str, NodeCapacity]:
+        return node.metadata.name, self._capacity(node)
+
+    def pod_record(self, pod: Pod) -> PodRecord:
+        return PodRecord(pod.metadata.uid, self._usage(pod), pod.is_terminal)
+
+    def replace_nodes(self, records: Iterable[tuple[str, NodeCapacity]]) -> None:
+        """A relist of Nodes."""
+        self._install_nodes(dict(records))
+
+    def replace_pods(self, records: Iterable[PodRecord]) -> None:
+        """A relist of Pods. Placements in flight survive it unless the pod now shows bound."""
+        self._install_pods({r.uid: r.usage for r in records if r.usage is not None})
+
+    def _install_nodes(self, capacities: dict[str, NodeCapacity]) -> None:
         self._nodes = capacities
+        self.accounts = {name: self._account(name) for name in capacities}
+
+    def _install_pods(self, usages: dict[str, PodUsage]) -> None:
         self._pods = usages
         self._used_pages.clear()
         self._used_cpu.clear()
@@ -88,12 +122,13 @@ class ClusterState:
             self._used_cpu[usage.node] += usage.cpu_millis
         for uid in [uid for uid in self._inflight.reservations() if uid in usages]:
             self._inflight.release(uid)
-        self.accounts = {name: self._account(name) for name in capacities}
-        self.ready = True
+        self.accounts = {name: self._account(name) for name in self._nodes}
 
     def apply_node(self, node: Node) -> None:
-        name = node.metadata.name
-        self._nodes[name] = self._capacity(node)
+        self.apply_node_record(*self.node_record(node))
+
+    def apply_node_record(self, name: str, capacity: NodeCapacity) -> None:
+        self._nodes[name] = capacity
         self._refresh({name})
 
     def remove_node(self, name: str) -> None:
@@ -101,8 +136,10 @@ class ClusterState:
         self.accounts.pop(name, None)
 
     def apply_pod(self, pod: Pod) -> None:
-        uid = pod.metadata.uid
-        usage = self._usage(pod)
+        self.apply_pod_record(self.pod_record(pod))
+
+    def apply_pod_record(self, record: PodRecord) -> None:
+        uid, usage = record.uid, record.usage
         touched = self._forget_pod(uid)
         if usage is not None:
             self._pods[uid] = usage
@@ -110,7 +147,7 @@ class ClusterState:
             self._used_cpu[usage.node] += usage.cpu_millis
             touched.add(usage.node)
             touched |= self._inflight.release(uid)
-        elif pod.is_terminal:
+        elif record.terminal:
             touched |= self._inflight.release(uid)
         self._refresh(touched)
 
@@ -129,6 +166,10 @@ class ClusterState:
         reservation = Reservation(node, demand.hugepage_bytes, demand.cpu_millis, deadline)
         self._refresh(self._inflight.hold(uid, reservation))
         return True
+
+    def release(self, uid: str) -> None:
+        """Stop counting a placement in flight (its bind failed)."""
+        self._refresh(self._inflight.release(uid))
 
     def expire_reservations(self) -> None:
         self._refresh(self._inflight.expire(self._clock()))

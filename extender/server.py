@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import signal
+import ssl
 import time
+from collections import OrderedDict
 from typing import Protocol
 
 from aiohttp import web
@@ -22,6 +25,7 @@ from extender.config import Config
 from extender.decision import FilterDecision, Outcome, Reasons, filter_nodes, prioritize_nodes
 from extender.metrics import Metrics
 from extender.objects import Pod
+from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.quantity import QuantityError
 from extender.wire import (
@@ -51,7 +55,10 @@ class Binder(Protocol):
 
 
 class EventRecorder(Protocol):
-    def no_fit(self, pod: Pod, decision: FilterDecision) -> None: ...
+    def no_fit(self, pod: Pod, decision: FilterDecision, need_bytes: int) -> None: ...
+
+
+RECENT_DEMANDS = 10_000  # pods between filter and bind; far more than a scheduler has in flight
 
 
 class Extender:
@@ -74,6 +81,8 @@ class Extender:
         self.events = events
         self.reasons = Reasons.for_resource(config.resource_name)
         self._rng = rng or random.Random()
+        # What filter learnt of each pod, for bind (whose arguments carry no pod spec).
+        self._recent: OrderedDict[str, tuple[PodDemand, Policy]] = OrderedDict()
 
     async def filter(self, request: web.Request) -> web.Response:
         args = parse_extender_args(await request.read())
@@ -92,7 +101,9 @@ class Extender:
             reasons=self.reasons,
             rng=self._rng,
         )
-        self._observe(pod, policy, decision, len(args.node_names))
+        self._observe(pod, policy, decision, demand, len(args.node_names))
+        if demand.wants_hugepages and policy.mode is not Mode.OFF:
+            self._remember(pod.metadata.uid, demand, policy)
         chosen = decision.chosen
         if (
             policy.mode is Mode.ENFORCE
@@ -119,12 +130,22 @@ class Extender:
         if self.binder is None:
             message = "bind verb is not enabled (serve --enable-bind)"
             return web.Response(status=404, body=render_error(message), content_type=JSON)
+        # Counted in flight before the API call: the scheduler filters the next
+        # pod while this bind is still under way.
+        recent = self._recent.get(args.pod_uid)
+        held = recent is not None and self.state.reserve(
+            args.pod_uid, args.node, recent[0], recent[1].reservation_timeout_seconds
+        )
         try:
             await self.binder.bind(args)
         except BindError as error:
+            if held:
+                self.state.release(args.pod_uid)
             self.metrics.binds.labels("error").inc()
             log.warning("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, error)
             return web.Response(body=render_binding(str(error)), content_type=JSON)
+        if held:
+            self.metrics.reservations.labels("bind").inc()
         self.metrics.binds.labels("bound").inc()
         return web.Response(body=render_binding(), content_type=JSON)
 
@@ -140,7 +161,13 @@ class Extender:
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    def _observe(self, pod: Pod, policy: Policy, decision: FilterDecision, candidates: int) -> None:
+    def _remember(self, uid: str, demand: PodDemand, policy: Policy) -> None:
+        self._recent[uid] = (demand, policy)
+        self._recent.move_to_end(uid)
+        if len(self._recent) > RECENT_DEMANDS:
+            self._recent.popitem(last=False)
+
+    def _observe(self, pod: Pod, policy: Policy, decision: FilterDecision, demand: PodDemand, candidates: int) -> None:
         outcome = decision.outcome
         mode = policy.mode
         if outcome is Outcome.PASSTHROUGH:
@@ -166,7 +193,7 @@ class Extender:
             decision.exceeds_pool,
         )
         if self.events is not None:
-            self.events.no_fit(pod, decision)
+            self.events.no_fit(pod, decision, demand.hugepage_bytes)
 
 
 def _error_middleware(metrics: Metrics, max_bytes: int) -> Middleware:
@@ -207,6 +234,38 @@ def _error_middleware(metrics: Metrics, max_bytes: int) -> Middleware:
 
 
 EXTENDER = web.AppKey("extender", Extender)
+
+
+def create_probe_app(extender: Extender) -> web.Application:
+    """Health and metrics only, for a plain-HTTP port beside an mTLS one (kubelet probes
+    and Prometheus present no client certificate)."""
+    app = web.Application()
+    app.router.add_get("/healthz", extender.healthz)
+    app.router.add_get("/readyz", extender.readyz)
+    app.router.add_get("/metrics", extender.metrics_page)
+    return app
+
+
+async def serve_until_stopped(
+    apps: list[tuple[web.Application, str, int, ssl.SSLContext | None]], *, shutdown_timeout: float
+) -> None:
+    """Serve every (app, host, port, tls) until SIGTERM or SIGINT, then drain gracefully."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    runners = []
+    try:
+        for app, host, port, tls in apps:
+            runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+            await runner.setup()
+            runners.append(runner)
+            await web.TCPSite(runner, host, port, ssl_context=tls).start()
+        await stop.wait()
+        log.info("stopping: draining requests for up to %.0f s", shutdown_timeout)
+    finally:
+        for runner in reversed(runners):
+            await runner.cleanup()
 
 
 def create_app(extender: Extender) -> web.Application:

@@ -1,0 +1,126 @@
+"""Keeps a ClusterState in step with the cluster: one reflector for Nodes, one for Pods.
+
+The state is ready once both have listed once; until then the extender makes
+no decision. Objects the extender cannot read are logged and counted as
+holding nothing, so one odd object never stalls the watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+
+from extender.cluster import ClusterState, NodeCapacity, PodRecord
+from extender.kube.reflector import Handlers, Reflector, Resource
+from extender.objects import Node, Pod
+from extender.quantity import QuantityError
+
+log = logging.getLogger("extender.kube.informer")
+
+# Terminal pods hold nothing; with this selector the watch reports a pod that
+# finishes as DELETED, so the state never even sees it.
+ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+NodeRecord = tuple[str, NodeCapacity]
+
+
+class ClusterInformer:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        state: ClusterState,
+        *,
+        read_timeout_seconds: float = 90.0,
+        watch_timeout_seconds: int = 300,
+    ) -> None:
+        self._core = client.CoreV1Api(api)
+        self._state = state
+        self._stop = threading.Event()
+        self._synced: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self._timeouts = {"read_timeout_seconds": read_timeout_seconds, "watch_timeout_seconds": watch_timeout_seconds}
+        self.reflectors: dict[str, Reflector[Any, Any]] = {}
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        def post(callback: Callable[[], None]) -> None:
+            loop.call_soon_threadsafe(self._guarded, callback)
+
+        nodes: Reflector[Node, NodeRecord] = Reflector(
+            Resource("nodes", self._core.list_node, Node, self._node_record),
+            Handlers(self._nodes_listed, self._node_upserted, self._node_deleted),
+            post,
+            stop=self._stop,
+            **self._timeouts,  # type: ignore[arg-type]
+        )
+        pods: Reflector[Pod, PodRecord] = Reflector(
+            Resource("pods", self._core.list_pod_for_all_namespaces, Pod, self._pod_record, ACTIVE_PODS),
+            Handlers(self._pods_listed, self._state.apply_pod_record, self._pod_deleted),
+            post,
+            stop=self._stop,
+            **self._timeouts,  # type: ignore[arg-type]
+        )
+        self.reflectors = {"nodes": nodes, "pods": pods}
+        for name, reflector in self.reflectors.items():
+            thread = threading.Thread(target=reflector.run, name=f"watch-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Ask the watch threads to end; they are daemons, so exit never waits on a socket."""
+        self._stop.set()
+
+    # -- run in the watch threads: pure reads of the config ----------------------
+
+    def _node_record(self, node: Node) -> NodeRecord:
+        try:
+            return self._state.node_record(node)
+        except QuantityError as error:
+            log.warning("node %s: %s; counting it as a node without a pool", node.metadata.name, error)
+            return node.metadata.name, NodeCapacity(0, 0, 0)
+
+    def _pod_record(self, pod: Pod) -> PodRecord:
+        try:
+            return self._state.pod_record(pod)
+        except QuantityError as error:
+            meta = pod.metadata
+            log.warning("pod %s/%s: %s; counting it as holding nothing", meta.namespace, meta.name, error)
+            return PodRecord(meta.uid, None, pod.is_terminal)
+
+    # -- run on the event loop ---------------------------------------------------
+
+    @staticmethod
+    def _guarded(callback: Callable[[], None]) -> None:
+        try:
+            callback()
+        except Exception:
+            log.exception("applying a watch event failed")
+
+    def _mark_synced(self, resource: str) -> None:
+        self._synced.add(resource)
+        if not self._state.ready and self._synced >= {"nodes", "pods"}:
+            self._state.ready = True
+            log.info(
+                "cluster state synced: %d nodes, %d bound pods; ready", self._state.node_count, self._state.pod_count
+            )
+
+    def _nodes_listed(self, records: list[NodeRecord]) -> None:
+        self._state.replace_nodes(records)
+        self._mark_synced("nodes")
+
+    def _node_upserted(self, record: NodeRecord) -> None:
+        self._state.apply_node_record(*record)
+
+    def _node_deleted(self, record: NodeRecord) -> None:
+        self._state.remove_node(record[0])
+
+    def _pods_listed(self, records: list[PodRecord]) -> None:
+        self._state.replace_pods(records)
+        self._mark_synced("pods")
+
+    def _pod_deleted(self, record: PodRecord) -> None:
+        self._state.remove_pod(record.uid)

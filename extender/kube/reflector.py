@@ -1,0 +1,233 @@
+"""List, then watch from the list's resourceVersion; relist on 410 Gone.
+
+One reflector per resource runs in a daemon thread with the official client
+(which is synchronous) and hands compact records to the event loop, where the
+cluster state is changed; the state is never touched from the thread.
+
+Traps of the Python client designed around: lists and events are decoded
+with msgspec from the raw response (``_preload_content=False``), never into
+the client's model objects (seconds at thousands of pods); every request has
+a ``_request_timeout`` (without one a watch hangs forever when the network
+drops), its read timeout longer than the API server's ~60 s bookmarks, so an
+idle but healthy watch is not torn down; 410 is handled here, not by the
+client's ``Watch`` helper; reconnects back off with jitter.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import msgspec
+from kubernetes.client.exceptions import ApiException
+
+from extender.kube.backoff import Backoff
+
+log = logging.getLogger("extender.kube.reflector")
+
+Obj = TypeVar("Obj")
+Rec = TypeVar("Rec")
+
+
+class Gone(Exception):
+    """The resourceVersion is too old to watch from: list again."""
+
+
+class _ListMeta(msgspec.Struct, rename="camel"):
+    resource_version: str = ""
+    continue_: str | None = msgspec.field(default=None, name="continue")
+
+
+class _Status(msgspec.Struct):
+    code: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+class _ObjectMeta(msgspec.Struct, rename="camel"):
+    resource_version: str = ""
+
+
+class _Versioned(msgspec.Struct):
+    metadata: _ObjectMeta = msgspec.field(default_factory=_ObjectMeta)
+
+
+class _Event(msgspec.Struct):
+    type: str
+    object: msgspec.Raw
+
+
+@dataclass(frozen=True)
+class Resource(Generic[Obj, Rec]):
+    """What to list and watch, and how to compact one object into a record."""
+
+    name: str  # for logs: "nodes", "pods"
+    list_call: Callable[..., Any]  # e.g. CoreV1Api.list_node
+    object_type: type[Obj]
+    compact: Callable[[Obj], Rec]
+    field_selector: str | None = None
+
+
+@dataclass(frozen=True)
+class Handlers(Generic[Rec]):
+    """Called on the event loop, in the order the API server sent them."""
+
+    relisted: Callable[[list[Rec]], None]
+    upserted: Callable[[Rec], None]
+    deleted: Callable[[Rec], None]
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """Newline-delimited watch events from a streaming response, as bytes."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=False):
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        yield from (line for line in complete if line.strip())
+    if buffer.strip():
+        yield buffer
+
+
+class Reflector(Generic[Obj, Rec]):
+    def __init__(
+        self,
+        resource: Resource[Obj, Rec],
+        handlers: Handlers[Rec],
+        post: Callable[[Callable[[], None]], None],
+        *,
+        stop: threading.Event,
+        page_size: int = 500,
+        watch_timeout_seconds: int = 300,
+        connect_timeout_seconds: float = 10.0,
+        read_timeout_seconds: float = 90.0,
+    ) -> None:
+        self._resource = resource
+        self._handlers = handlers
+        self._post = post
+        self._stop = stop
+        self._page_size = page_size
+        self._watch_timeout = watch_timeout_seconds
+        self._timeouts = (connect_timeout_seconds, read_timeout_seconds)
+        self._list_type = msgspec.json.Decoder(_page_type(resource.object_type))
+        self._object = msgspec.json.Decoder(resource.object_type)
+        self._rng = random.Random()
+        self.relists = 0  # for tests and logs: how often a full list was needed
+
+    def run(self) -> None:
+        """The endless loop, kept tiny: list, watch until it ends, repeat."""
+        backoff = Backoff()
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self._list()
+                version = self._watch(version)
+                backoff.reset()
+            except Gone:
+                log.info("%s: resourceVersion %s expired (410 Gone): listing again", self._resource.name, version)
+                version = None
+            except Exception as error:
+                delay = backoff.next_delay()
+                log.warning("%s: watch failed (%s); retrying in %.1f s", self._resource.name, _describe(error), delay)
+                self._stop.wait(delay)
+
+    def _list(self) -> str:
+        """Every object, page by page; each page compacted before the next is read."""
+        records: list[Rec] = []
+        token: str | None = None
+        started = time.monotonic()
+        while True:
+            kwargs: dict[str, Any] = {"limit": self._page_size, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            if self._resource.field_selector:
+                kwargs["field_selector"] = self._resource.field_selector
+            try:
+                response = self._resource.list_call(_request_timeout=self._timeouts, **kwargs)
+            except ApiException as error:
+                if error.status == 410:  # the continue token expired mid-list
+                    raise Gone from None
+                raise
+            page = self._list_type.decode(response.data)
+            records.extend(self._resource.compact(item) for item in page.items)
+            token = page.metadata.continue_
+            if not token:
+                break
+        version: str = page.metadata.resource_version
+        self.relists += 1
+        log.info(
+            "%s: listed %d at resourceVersion %s in %.2f s",
+            self._resource.name,
+            len(records),
+            version,
+            time.monotonic() - started,
+        )
+        self._post(lambda: self._handlers.relisted(records))
+        return version
+
+    def _watch(self, version: str) -> str:
+        """Apply events until the server ends the watch; returns the last resourceVersion seen."""
+        kwargs: dict[str, Any] = {}
+        if self._resource.field_selector:
+            kwargs["field_selector"] = self._resource.field_selector
+        try:
+            response = self._resource.list_call(
+                watch=True,
+                resource_version=version,
+                allow_watch_bookmarks=True,
+                # Spread the servers' watch restarts; the server closes the stream cleanly.
+                timeout_seconds=self._watch_timeout + self._rng.randrange(0, max(1, self._watch_timeout // 5)),
+                _preload_content=False,
+                _request_timeout=self._timeouts,
+                **kwargs,
+            )
+        except ApiException as error:
+            if error.status == 410:
+                raise Gone from None
+            raise
+        try:
+            for line in _lines(response):
+                if self._stop.is_set():
+                    break
+                version = self._apply(line, version)
+        finally:
+            response.release_conn()
+        return version
+
+    def _apply(self, line: bytes, version: str) -> str:
+        event = msgspec.json.decode(line, type=_Event)
+        if event.type == "ERROR":
+            status = msgspec.json.decode(event.object, type=_Status)
+            if status.code == 410:
+                raise Gone
+            raise RuntimeError(f"watch error {status.code} {status.reason}: {status.message}")
+        if event.type == "BOOKMARK":
+            return msgspec.json.decode(event.object, type=_Versioned).metadata.resource_version or version
+        obj = self._object.decode(event.object)
+        record = self._resource.compact(obj)
+        if event.type == "DELETED":
+            self._post(lambda: self._handlers.deleted(record))
+        else:
+            self._post(lambda: self._handlers.upserted(record))
+        return msgspec.json.decode(event.object, type=_Versioned).metadata.resource_version or version
+
+
+def _page_type(object_type: type[Any]) -> Any:
+    return msgspec.defstruct(
+        f"{object_type.__name__}Page",
+        [
+            ("metadata", _ListMeta, msgspec.field(default_factory=_ListMeta)),
+            ("items", list[object_type], msgspec.field(default_factory=list)),  # type: ignore[valid-type]
+        ],
+    )
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, ApiException):
+        return f"{error.status} {error.reason}"
+    return f"{type(error).__name__}: {error}"
