@@ -66,6 +66,19 @@ class Fit(Enum):
         return self is Fit.FITS or self is Fit.NO_POOL
 
 
+UNBOUNDED = 1 << 62  # the headroom of a node without a pool: anything fits
+
+
+def headroom_bytes(account: NodeAccount) -> int:
+    """The largest request ``fits`` admits, in bytes (whole pages): one integer
+    comparison per node for the filter's hot loop, equal to ``fits(...).admits``."""
+    if not account.has_pool:
+        return UNBOUNDED
+    if account.committed_pages >= account.total_pages:
+        return -1
+    return (account.total_pages - account.committed_pages - account.pending_pages) * account.page_size
+
+
 def fits(account: NodeAccount, need_bytes: int) -> Fit:
     """Whether the node's pool can hold ``need_bytes`` on top of what it carries."""
     if not account.has_pool:

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from extender.capacity import NodeAccount, hugepages_for
+from extender.capacity import NodeAccount, headroom_bytes, hugepages_for
 from extender.config import Config
 from extender.inflight import InFlightLedger, Reservation
 from extender.objects import Node, Pod
@@ -53,6 +53,7 @@ class ClusterState:
         self._reserved_annotation = RESERVED_ANNOTATION_PREFIX + config.resource_name
         self._clock = clock
         self.accounts: dict[str, NodeAccount] = {}
+        self.headroom: dict[str, int] = {}  # capacity.headroom_bytes of every account
         self._nodes: dict[str, NodeCapacity] = {}
         self._pods: dict[str, PodUsage] = {}
         self._used_pages: defaultdict[str, int] = defaultdict(int)
@@ -111,7 +112,11 @@ class ClusterState:
 
     def _install_nodes(self, capacities: dict[str, NodeCapacity]) -> None:
         self._nodes = capacities
-        self.accounts = {name: self._account(name) for name in capacities}
+        self._rebuild_accounts()
+
+    def _rebuild_accounts(self) -> None:
+        self.accounts = {name: self._account(name) for name in self._nodes}
+        self.headroom = {name: headroom_bytes(account) for name, account in self.accounts.items()}
 
     def _install_pods(self, usages: dict[str, PodUsage]) -> None:
         self._pods = usages
@@ -122,7 +127,7 @@ class ClusterState:
             self._used_cpu[usage.node] += usage.cpu_millis
         for uid in [uid for uid in self._inflight.reservations() if uid in usages]:
             self._inflight.release(uid)
-        self.accounts = {name: self._account(name) for name in self._nodes}
+        self._rebuild_accounts()
 
     def apply_node(self, node: Node) -> None:
         self.apply_node_record(*self.node_record(node))
@@ -134,6 +139,7 @@ class ClusterState:
     def remove_node(self, name: str) -> None:
         self._nodes.pop(name, None)
         self.accounts.pop(name, None)
+        self.headroom.pop(name, None)
 
     def apply_pod(self, pod: Pod) -> None:
         self.apply_pod_record(self.pod_record(pod))
@@ -222,4 +228,6 @@ class ClusterState:
     def _refresh(self, names: Iterable[str]) -> None:
         for name in names:
             if name in self._nodes:
-                self.accounts[name] = self._account(name)
+                account = self._account(name)
+                self.accounts[name] = account
+                self.headroom[name] = headroom_bytes(account)

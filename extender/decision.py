@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from extender.capacity import NO_POOL_ACCOUNT, Fit, NodeAccount, fits
+from extender.capacity import NO_POOL_ACCOUNT, UNBOUNDED, Fit, NodeAccount, fits, headroom_bytes
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
-from extender.sampling import best_of_k
+from extender.sampling import Sample, best_of_k
 from extender.scoring import node_load, priority
 
 Accounts = Mapping[str, NodeAccount]
@@ -72,6 +72,17 @@ def _account(accounts: Accounts, name: str) -> NodeAccount:
     return accounts.get(name, NO_POOL_ACCOUNT)
 
 
+class _HeadroomOf:
+    """Headroom computed on demand from accounts, for callers without a precomputed table."""
+
+    def __init__(self, accounts: Accounts) -> None:
+        self._accounts = accounts
+
+    def get(self, name: str, default: int) -> int:
+        account = self._accounts.get(name)
+        return default if account is None else headroom_bytes(account)
+
+
 def filter_nodes(
     demand: PodDemand,
     candidates: Sequence[str],
@@ -80,8 +91,14 @@ def filter_nodes(
     policy: Policy,
     reasons: Reasons,
     rng: random.Random,
+    headroom: Mapping[str, int] | None = None,
 ) -> FilterDecision:
-    """Which candidates may receive the pod, under the pod's namespace policy."""
+    """Which candidates may receive the pod, under the pod's namespace policy.
+
+    ``headroom`` (``capacity.headroom_bytes`` of every account, kept by the
+    cluster state) makes admission one dict lookup and one comparison per node;
+    without it each candidate's headroom is computed from its account.
+    """
     if policy.mode is Mode.OFF or not demand.wants_hugepages:
         return FilterDecision(passed=list(candidates))
 
@@ -96,18 +113,25 @@ def filter_nodes(
             examined=len(candidates),
         )
 
-    verdict_of: dict[str, Fit] = {}
+    room = headroom if headroom is not None else _HeadroomOf(accounts)
+    examined: set[str] = set()
 
     def admits(name: str) -> bool:
-        verdict = fits(_account(accounts, name), need)
-        verdict_of[name] = verdict
-        return verdict.admits
+        examined.add(name)
+        return need <= room.get(name, UNBOUNDED)
 
-    sample = best_of_k(candidates, policy.sample_size, policy.widening, admits, rng)
+    if policy.sample_size <= 0:
+        # Every candidate is examined: one comprehension, no per-node call.
+        room_of = room.get
+        passed = [n for n in candidates if need <= room_of(n, UNBOUNDED)]
+        rejected = [n for n in candidates if need > room_of(n, UNBOUNDED)] if len(passed) < len(candidates) else []
+        sample = Sample(passed, rejected, exhausted=True, widened=False)
+    else:
+        sample = best_of_k(candidates, policy.sample_size, policy.widening, admits, rng)
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     for name in sample.rejected:
-        if verdict_of[name] is Fit.EXCEEDS_POOL:
+        if fits(_account(accounts, name), need) is Fit.EXCEEDS_POOL:
             unresolvable[name] = reasons.exceeds_pool
         else:
             failed[name] = reasons.insufficient
@@ -119,7 +143,6 @@ def filter_nodes(
         outcome = Outcome.NO_FIT_IN_SAMPLE
         # Unexamined nodes are reported, not dropped: a dropped node counts as
         # unresolvable and preemption would skip it.
-        examined = verdict_of.keys()
         failed.update((n, reasons.not_sampled) for n in candidates if n not in examined)
     elif insufficient:
         outcome = Outcome.NO_HUGEPAGE_CAPACITY
@@ -132,7 +155,7 @@ def filter_nodes(
         outcome=outcome,
         insufficient=insufficient,
         exceeds_pool=exceeds_pool,
-        examined=len(verdict_of),
+        examined=len(examined) if policy.sample_size > 0 else len(candidates),
         widened=sample.widened,
     )
 

@@ -100,6 +100,7 @@ class Extender:
             policy=policy,
             reasons=self.reasons,
             rng=self._rng,
+            headroom=self.state.headroom,
         )
         self._observe(pod, policy, decision, demand, len(args.node_names))
         if demand.wants_hugepages and policy.mode is not Mode.OFF:

@@ -5,7 +5,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.capacity import Fit, NodeAccount, fits
+from extender.capacity import Fit, NodeAccount, fits, headroom_bytes
 from extender.decision import Reasons, filter_nodes, prioritize_nodes
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, Widening
@@ -86,3 +86,23 @@ def test_fullscan_never_fails_when_a_node_fits(
             demand, names, accounts=cluster, policy=policy, reasons=REASONS, rng=random.Random(seed)
         )
         assert bool(decision.passed) == any_fits
+
+
+@settings(max_examples=300, deadline=None)
+@given(account=accounts(), demand=demands)
+def test_headroom_is_exactly_fits(account: NodeAccount, demand: PodDemand) -> None:
+    assert fits(account, demand.hugepage_bytes).admits == (demand.hugepage_bytes <= headroom_bytes(account))
+
+
+@settings(max_examples=200, deadline=None)
+@given(cluster=clusters, demand=demands, policy=policies, seed=st.integers())
+def test_the_headroom_table_decides_as_the_accounts_do(
+    cluster: dict[str, NodeAccount], demand: PodDemand, policy: Policy, seed: int
+) -> None:
+    names = [*cluster, "unknown-node"]
+    table = {name: headroom_bytes(account) for name, account in cluster.items()}
+    with_table = filter_nodes(
+        demand, names, accounts=cluster, policy=policy, reasons=REASONS, rng=random.Random(seed), headroom=table
+    )
+    without = filter_nodes(demand, names, accounts=cluster, policy=policy, reasons=REASONS, rng=random.Random(seed))
+    assert with_table == without
