@@ -50,7 +50,9 @@ class Verbs:
         args = parse_extender_args(body)
         demand = self.state.demand_of(args.pod)
         return render_priorities(
-            prioritize_nodes(demand, args.node_names, accounts=self.state.accounts, policy=self.policy)
+            prioritize_nodes(
+                demand, args.node_names, accounts=self.state.accounts, policy=self.policy, columns=self.state.columns
+            )
         )
 
 

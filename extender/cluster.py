@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from extender.capacity import NodeAccount, headroom_bytes, hugepages_for
+from extender.columns import NodeColumns
 from extender.config import Config
 from extender.inflight import InFlightLedger, Reservation
 from extender.objects import Node, Pod
@@ -54,6 +55,7 @@ class ClusterState:
         self._clock = clock
         self.accounts: dict[str, NodeAccount] = {}
         self.headroom: dict[str, int] = {}  # capacity.headroom_bytes of every account
+        self.columns = NodeColumns()  # the accounts again, as numpy columns for scoring
         self._nodes: dict[str, NodeCapacity] = {}
         self._pods: dict[str, PodUsage] = {}
         self._used_pages: defaultdict[str, int] = defaultdict(int)
@@ -117,6 +119,9 @@ class ClusterState:
     def _rebuild_accounts(self) -> None:
         self.accounts = {name: self._account(name) for name in self._nodes}
         self.headroom = {name: headroom_bytes(account) for name, account in self.accounts.items()}
+        self.columns.clear()
+        for name, account in self.accounts.items():
+            self.columns.put(name, account)
 
     def _install_pods(self, usages: dict[str, PodUsage]) -> None:
         self._pods = usages
@@ -140,6 +145,7 @@ class ClusterState:
         self._nodes.pop(name, None)
         self.accounts.pop(name, None)
         self.headroom.pop(name, None)
+        self.columns.drop(name)
 
     def apply_pod(self, pod: Pod) -> None:
         self.apply_pod_record(self.pod_record(pod))
@@ -231,3 +237,4 @@ class ClusterState:
                 account = self._account(name)
                 self.accounts[name] = account
                 self.headroom[name] = headroom_bytes(account)
+                self.columns.put(name, account)

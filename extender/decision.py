@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from extender.capacity import NO_POOL_ACCOUNT, UNBOUNDED, Fit, NodeAccount, fits, headroom_bytes
+from extender.columns import NodeColumns
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.sampling import Sample, best_of_k
-from extender.scoring import node_load, priority
+from extender.scoring import node_load, priorities, priority
 
 Accounts = Mapping[str, NodeAccount]
+VECTOR_THRESHOLD = 64  # below this many candidates the scalar loop is faster than numpy's setup
 
 
 class Outcome(StrEnum):
@@ -166,8 +168,16 @@ def prioritize_nodes(
     *,
     accounts: Accounts,
     policy: Policy,
+    columns: NodeColumns | None = None,
 ) -> list[tuple[str, int]]:
-    """A 0..10 score per candidate; neutral (all 0) unless the policy enforces."""
+    """A 0..10 score per candidate; neutral (all 0) unless the policy enforces.
+
+    With ``columns`` (the same accounts as numpy columns) thousands of nodes are
+    scored at once; the scores are the scalar ones.
+    """
     if policy.mode is not Mode.ENFORCE or not demand.wants_hugepages:
         return [(name, 0) for name in candidates]
+    if columns is not None and len(candidates) > VECTOR_THRESHOLD:
+        scores = priorities(demand, columns.slots(candidates), columns, policy)
+        return list(zip(candidates, scores.tolist(), strict=True))
     return [(name, priority(node_load(_account(accounts, name), demand, policy))) for name in candidates]

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import numpy.typing as npt
+
 from extender.capacity import NodeAccount, hugepages_for
+from extender.columns import NodeColumns
 from extender.podrequest import PodDemand
 from extender.policy import Policy
 
@@ -50,6 +54,31 @@ def node_load(account: NodeAccount, demand: PodDemand, policy: Policy) -> float:
     if not policy.score_hugepages:
         return cpu
     return max(cpu, hugepage_load(account, demand, policy.alpha))
+
+
+def priorities(
+    demand: PodDemand, slots: npt.NDArray[np.intp], columns: NodeColumns, policy: Policy
+) -> npt.NDArray[np.int64]:
+    """``priority(node_load(...))`` for many nodes at once, with the same arithmetic in
+    the same order, so every score equals the scalar one (a property test holds them equal)."""
+    page = columns.column("page_size")[slots]
+    total = columns.column("total_pages")[slots]
+    cpus = columns.column("cpu_millis")[slots]
+    busy = demand.cpu_millis + columns.column("cpu_busy_millis")[slots]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        load = np.where(cpus > 0, busy / (policy.overcommit_ratio * cpus), math.inf)
+        if policy.score_hugepages:
+            need_pages = np.where(page > 0, -(-demand.hugepage_bytes // np.maximum(page, 1)), 0)
+            load_pages = (
+                need_pages
+                + columns.column("committed_pages")[slots]
+                + columns.column("pending_pages")[slots]
+                + policy.alpha * columns.column("used_pages")[slots]
+            )
+            has_pool = (total > 0) & (page > 0)
+            memory = np.where(has_pool, load_pages / np.where(has_pool, total, 1), NO_POOL_LOAD)
+            load = np.maximum(load, memory)
+    return np.floor(MAX_PRIORITY * (1.0 - np.minimum(load, 1.0)) + 0.5).astype(np.int64)
 
 
 def priority(load: float) -> int:

@@ -123,7 +123,9 @@ class Extender:
         pod = args.pod
         policy = self.config.policy_for(pod.metadata.namespace)
         demand = self.state.demand_of(pod)
-        scores = prioritize_nodes(demand, args.node_names, accounts=self.state.accounts, policy=policy)
+        scores = prioritize_nodes(
+            demand, args.node_names, accounts=self.state.accounts, policy=policy, columns=self.state.columns
+        )
         return web.Response(body=render_priorities(scores), content_type=JSON)
 
     async def bind(self, request: web.Request) -> web.Response:

@@ -1,15 +1,17 @@
 """Properties: admission and ranking never disagree; fullscan never fails falsely."""
 
+import dataclasses
 import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.capacity import Fit, NodeAccount, fits, headroom_bytes
+from extender.columns import NodeColumns
 from extender.decision import Reasons, filter_nodes, prioritize_nodes
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, Widening
-from extender.scoring import hugepage_load
+from extender.scoring import hugepage_load, node_load, priorities, priority
 
 PAGE = 2 * 1024 * 1024
 REASONS = Reasons.for_resource("hugepages-2Mi")
@@ -106,3 +108,26 @@ def test_the_headroom_table_decides_as_the_accounts_do(
     )
     without = filter_nodes(demand, names, accounts=cluster, policy=policy, reasons=REASONS, rng=random.Random(seed))
     assert with_table == without
+
+
+@settings(max_examples=200, deadline=None)
+@given(cluster=clusters, demand=demands, policy=policies, score_hugepages=st.booleans())
+def test_vectorized_scores_equal_the_scalar_ones(
+    cluster: dict[str, NodeAccount], demand: PodDemand, policy: Policy, score_hugepages: bool
+) -> None:
+    policy = dataclasses.replace(policy, score_hugepages=score_hugepages)
+    columns = NodeColumns(capacity=2)  # and it grows
+    for name, account in cluster.items():
+        columns.put(name, account)
+    names = [*cluster, "unknown-node"]
+    vector = priorities(demand, columns.slots(names), columns, policy).tolist()
+    scalar = [priority(node_load(cluster.get(n, NodeAccount()), demand, policy)) for n in names]
+    assert vector == scalar
+    for name in list(cluster)[::2]:
+        columns.drop(name)
+    assert priorities(demand, columns.slots(names), columns, policy).tolist() == [
+        priority(node_load(cluster.get(n, NodeAccount()) if i % 2 else NodeAccount(), demand, policy))
+        if n in cluster
+        else priority(node_load(NodeAccount(), demand, policy))
+        for i, n in enumerate(names)
+    ]

@@ -1,0 +1,252 @@
+"""What a replay is made of: the cluster, the workload, and the variants compared.
+
+Plain frozen values, no behaviour beyond naming: the simulation reads them,
+the scenario loader builds them, the report prints them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import TypeVar
+
+from extender.config import Config
+from extender.policy import Mode, Placement, Policy, Widening
+
+RESOURCE_NAME = "hugepages-2Mi"
+PAGE_SIZE_BYTES = 2 * 1024 * 1024
+GIB = 1024**3
+
+
+class ReplayError(ValueError):
+    """A scenario, trace or variant the replay cannot use; the message says which and why."""
+
+
+class InFlight(StrEnum):
+    """When the extender learns that a placement is on its way to a node."""
+
+    NONE = "none"  # never reserved: the extender sees the pod only when the node reports it
+    FILTER = "filter"  # as server.py does: reserved when an enforcing filter leaves exactly one node
+    BIND = "bind"  # the extender is the binder: every placement is reserved when its node is picked
+
+
+class Blind(StrEnum):
+    """How the scheduler breaks ties among equally scored nodes (it cannot see hugepages)."""
+
+    RANDOM = "random"
+    LEAST_CPU = "least-cpu"  # NodeResourcesFit LeastAllocated on CPU requests, assumed pods included
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One extender configuration under test."""
+
+    mode: Mode
+    widening: Widening = Widening.FULLSCAN
+    sample_size: int = 3
+    inflight: InFlight = InFlight.FILTER
+    namespace: str | None = None  # the mode applies to this namespace only; the others run off
+    overcommit_ratio: float = 4.0
+
+    @property
+    def name(self) -> str:
+        """The canonical spec string; ``parse_variant(v.name) == v``."""
+        # Widening and K only matter when enforcing, so off and shadow names omit them.
+        enforce = self.mode is Mode.ENFORCE
+        parts = [self.mode.value]
+        if enforce or self.widening is not Widening.FULLSCAN:
+            parts.append(self.widening.value)
+        if enforce or self.sample_size != 3:
+            parts.append(f"k{self.sample_size}")
+        if self.inflight is not InFlight.FILTER:
+            parts.append(f"inflight={self.inflight.value}")
+        if self.namespace is not None:
+            parts.append(f"ns={self.namespace}")
+        if self.overcommit_ratio != 4.0:
+            parts.append(f"R={self.overcommit_ratio:g}")
+        return ":".join(parts)
+
+    def config(self, reservation_timeout_seconds: float) -> Config:
+        """The extender Config this variant runs with.
+
+        Every pod is VM-backed (``need_from_memory``), the premise of the
+        replay: the scheduler sees a memory request, the node needs hugepages.
+        """
+        policy = Policy(
+            mode=self.mode,
+            sample_size=self.sample_size,
+            widening=self.widening,
+            overcommit_ratio=self.overcommit_ratio,
+            reservation_timeout_seconds=reservation_timeout_seconds,
+            need_from_memory=True,
+        )
+        if self.namespace is None:
+            placement = Placement(defaults=policy)
+        else:
+            off = Policy(mode=Mode.OFF, need_from_memory=True, reservation_timeout_seconds=reservation_timeout_seconds)
+            placement = Placement(defaults=off, namespaces={self.namespace: policy})
+        return Config(resource_name=RESOURCE_NAME, page_size_bytes=PAGE_SIZE_BYTES, placement=placement)
+
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _enum_value(kind: type[_E], text: str) -> _E | None:
+    try:
+        return kind(text)
+    except ValueError:
+        return None
+
+
+def _ratio(value: str, spec: str) -> float:
+    try:
+        ratio = float(value)
+    except ValueError:
+        raise ReplayError(f"variant {spec!r}: R must be a number, got {value!r}") from None
+    if not ratio > 0:
+        raise ReplayError(f"variant {spec!r}: R must be > 0, got {value!r}")
+    return ratio
+
+
+def parse_variant(spec: str) -> Variant:
+    """``mode[:widening][:kN][:inflight=none|filter|bind][:ns=NAME][:R=x]``, e.g. ``enforce:fullscan:k3``.
+
+    Anything left out takes the extender's current default (fullscan, K = 3,
+    in-flight reservations as the server makes them, R = 4).
+    """
+    tokens = spec.strip().split(":")
+    mode = _enum_value(Mode, tokens[0])
+    if mode is None:
+        raise ReplayError(f"variant {spec!r}: must start with off, shadow or enforce")
+    variant = Variant(mode)
+    for token in tokens[1:]:
+        key, eq, value = token.partition("=")
+        widening = _enum_value(Widening, token)
+        if eq and key == "inflight":
+            inflight = _enum_value(InFlight, value)
+            if inflight is None:
+                raise ReplayError(f"variant {spec!r}: inflight must be none, filter or bind, got {value!r}")
+            variant = replace(variant, inflight=inflight)
+        elif eq and key == "ns" and value:
+            variant = replace(variant, namespace=value)
+        elif eq and key == "R":
+            variant = replace(variant, overcommit_ratio=_ratio(value, spec))
+        elif widening is not None:
+            variant = replace(variant, widening=widening)
+        elif token.startswith("k") and token[1:].isdigit():
+            variant = replace(variant, sample_size=int(token[1:]))
+        else:
+            raise ReplayError(
+                f"variant {spec!r}: unknown token {token!r} "
+                "(expected a widening, kN, inflight=none|filter|bind, ns=NAME or R=x)"
+            )
+    return variant
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    """``count`` alike nodes; each holds a random outside usage in [outside_min, outside_max]."""
+
+    count: int
+    pool_bytes: int  # status.allocatable[hugepages-2Mi]; 0: the node has no pool
+    cpu_millis: int
+    outside_min_bytes: int = 0  # pages used outside pod requests (VMs, DPDK), as the node reports them
+    outside_max_bytes: int = 0
+    prefix: str = "node"
+
+
+@dataclass(frozen=True, slots=True)
+class PodKind:
+    """One kind of VM-backed pod in the workload mix."""
+
+    namespace: str
+    memory_bytes: int  # the pod's memory request; its hugepage need under need_from_memory
+    cpu_millis: int
+    lifetime_seconds: float  # mean; each pod draws uniformly in [0.5, 1.5] x mean
+    weight: float
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    placement_delay_seconds: float = 5.0  # mean time from pick to the node admitting or failing the pod
+    retry_backoff_seconds: float = 10.0  # a client whose pod failed asks again after this
+    sample_interval_seconds: float = 10.0  # utilisation and imbalance are sampled this often
+    reservation_timeout_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ladder:
+    """Closed-loop clients: step i keeps ``levels[i]`` pods requested or running."""
+
+    levels: tuple[int, ...]
+    step_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One pod of a trace."""
+
+    time_seconds: float
+    namespace: str
+    hugepage_bytes: int  # rendered as the pod's memory request (VM-backed)
+    cpu_millis: int
+    lifetime_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """Open-loop arrivals, reported in ``windows`` equal time windows."""
+
+    arrivals: tuple[Arrival, ...]
+    windows: int = 5
+    source: str = "trace"
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    nodes: tuple[NodeGroup, ...]
+    mix: tuple[PodKind, ...]
+    workload: Ladder | Trace
+    timing: Timing = Timing()
+
+    @property
+    def node_count(self) -> int:
+        return sum(g.count for g in self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class VariantGroup:
+    """Variants that answer one question side by side (one panel, one table)."""
+
+    title: str
+    variants: tuple[Variant, ...]
+    plot_utilisation: bool = False  # also drawn in the utilisation figure
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleSettings:
+    """The widening cost measurement on a large, nearly full cluster."""
+
+    node_count: int = 5000
+    fitting_fractions: tuple[float, ...] = (0.1, 0.01, 0.001, 0.0)
+    repetitions: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySettings:
+    scenario: Scenario
+    groups: tuple[VariantGroup, ...]
+    seed: int = 1
+    blind: Blind = Blind.LEAST_CPU
+    scale: ScaleSettings | None = ScaleSettings()
+    command: str = ""  # how the run was started, for the report
+    label: str = field(default="replay")
+
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        """Every variant once, in first-mention order."""
+        seen: dict[str, Variant] = {}
+        for group in self.groups:
+            for variant in group.variants:
+                seen.setdefault(variant.name, variant)
+        return tuple(seen.values())

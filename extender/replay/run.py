@@ -1,0 +1,104 @@
+"""``run_replay``: every variant through the scenario, the scale measurement, the report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TextIO
+
+from extender.replay.model import ReplaySettings, ScaleSettings, VariantGroup, parse_variant
+from extender.replay.progress import Progress
+from extender.replay.report import write_report
+from extender.replay.scale import measure_widening_cost
+from extender.replay.scenario import full_scenario, quick_scenario
+from extender.replay.simulate import run_variant, step_count
+from extender.replay.summary import Summary, summarise
+
+# The extender's server as it ships: best-of-K with in-flight reservations made by the filter.
+SERVER_AS_IS = "enforce:fullscan:k3"
+WITH_BIND = "enforce:fullscan:k3:inflight=bind"
+
+
+def default_groups() -> tuple[VariantGroup, ...]:
+    """The comparison matrix: one group per question, sharing baselines (each runs once)."""
+
+    def group(title: str, specs: list[str], *, plot_utilisation: bool = False) -> VariantGroup:
+        return VariantGroup(title, tuple(parse_variant(s) for s in specs), plot_utilisation)
+
+    return (
+        group("Rollout: off, shadow, enforce", ["off", "shadow", SERVER_AS_IS, WITH_BIND], plot_utilisation=True),
+        group(
+            "Widening at K=3 (in flight counted via bind)",
+            [f"enforce:{w}:k3:inflight=bind" for w in ("none", "resample", "fullscan", "drawUntilK")],
+        ),
+        group(
+            "Sample size K (fullscan, in flight counted via bind; k0 = every node)",
+            [f"enforce:fullscan:k{k}:inflight=bind" for k in (1, 2, 3, 5, 0)],
+            plot_utilisation=True,
+        ),
+        group(
+            "In-flight accounting (fullscan)",
+            [
+                "enforce:fullscan:k3:inflight=none",
+                SERVER_AS_IS,
+                WITH_BIND,
+                "enforce:fullscan:k1:inflight=none",
+                "enforce:fullscan:k1",
+                "shadow:inflight=bind",
+            ],
+        ),
+        group(
+            "Flag scope: only namespace vm enforces, batch runs off",
+            ["off", f"{SERVER_AS_IS}:ns=vm", f"{WITH_BIND}:ns=vm", WITH_BIND],
+        ),
+        group("CPU over-commit R in the score (fullscan K=3, bind)", [WITH_BIND, f"{WITH_BIND}:R=1"]),
+    )
+
+
+def quick_settings(seed: int = 1) -> ReplaySettings:
+    return ReplaySettings(
+        scenario=quick_scenario(),
+        groups=default_groups(),
+        seed=seed,
+        scale=ScaleSettings(repetitions=10),
+        label="quick replay",
+    )
+
+
+def full_settings(seed: int = 1) -> ReplaySettings:
+    return ReplaySettings(scenario=full_scenario(), groups=default_groups(), seed=seed, scale=ScaleSettings())
+
+
+def _work_units(settings: ReplaySettings) -> int:
+    scale = len(settings.scale.fitting_fractions) if settings.scale is not None else 0
+    return len(settings.variants) * step_count(settings.scenario) + scale
+
+
+def run_replay(
+    settings: ReplaySettings,
+    *,
+    out: Path | None = None,
+    progress_stream: TextIO | None = None,
+) -> Summary:
+    """Replay every variant of ``settings``; with ``out``, write the report there.
+
+    ``progress_stream`` (e.g. sys.stderr) receives a progress bar.
+    """
+    progress = Progress(_work_units(settings), progress_stream, settings.label)
+    started = time.perf_counter()
+    runs = []
+    for variant in settings.variants:
+        progress.describe(variant.name)
+        runs.append(
+            run_variant(settings.scenario, variant, seed=settings.seed, blind=settings.blind, tick=progress.advance)
+        )
+    scale_rows = None
+    if settings.scale is not None:
+        progress.describe(f"widening cost at {settings.scale.node_count} nodes")
+        scale_rows = measure_widening_cost(settings.scale, settings.seed, tick=progress.advance)
+    summary = summarise(settings, runs, scale_rows, time.perf_counter() - started)
+    if out is not None:
+        progress.describe(f"writing the report to {out}")
+        write_report(summary, out)
+    progress.finish()
+    return summary
