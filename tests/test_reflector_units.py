@@ -1,0 +1,82 @@
+"""The watch loop's pure parts: reconnect backoff, event line splitting, event handling."""
+
+import random
+import threading
+from collections.abc import Callable, Iterator, Mapping
+
+import msgspec
+import pytest
+
+from extender.kube.backoff import Backoff
+from extender.kube.reflector import Gone, Handlers, Reflector, Resource, _lines
+from extender.objects import Pod
+
+
+def test_backoff_doubles_from_0_8_to_30_seconds_with_jitter() -> None:
+    backoff = Backoff(rng=random.Random(1), jitter=0.0)
+    assert [backoff.next_delay() for _ in range(8)] == [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]
+    backoff.reset()
+    assert backoff.next_delay() == 0.8
+    jittered = Backoff(rng=random.Random(1))
+    first = jittered.next_delay()
+    assert 0.8 <= first <= 1.2  # up to +50 %
+
+
+class Chunks:
+    """Stands in for urllib3's streaming response: only ``stream`` is read."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self._chunks = chunks
+
+    def stream(self, amt: object = None, decode_content: bool = False) -> Iterator[bytes]:
+        yield from self._chunks
+
+
+def test_event_lines_survive_any_chunking() -> None:
+    events = [
+        b'{"type":"ADDED","object":{"a":1}}',
+        b'{"type":"BOOKMARK","object":{}}',
+        b'{"type":"DELETED","object":{}}',
+    ]
+    stream = b"\n".join(events) + b"\n"
+    for size in (1, 7, 64, len(stream)):
+        chunks = [stream[i : i + size] for i in range(0, len(stream), size)]
+        assert list(_lines(Chunks(*chunks))) == events
+    assert list(_lines(Chunks(b'{"x":1}\n\n{"y"', b":2}"))) == [b'{"x":1}', b'{"y":2}']
+
+
+def make_reflector() -> tuple[Reflector[Pod, str], list[tuple[str, str]]]:
+    seen: list[tuple[str, str]] = []
+
+    def post(callback: Callable[[], None]) -> None:
+        callback()
+
+    resource: Resource[Pod, str] = Resource("pods", lambda **_: None, Pod, lambda p: p.metadata.uid)
+    handlers: Handlers[str] = Handlers(
+        relisted=lambda records: seen.append(("relisted", ",".join(records))),
+        upserted=lambda uid: seen.append(("upserted", uid)),
+        deleted=lambda uid: seen.append(("deleted", uid)),
+    )
+    return Reflector(resource, handlers, post, stop=threading.Event()), seen
+
+
+def event(kind: str, obj: Mapping[str, object]) -> bytes:
+    return msgspec.json.encode({"type": kind, "object": obj})
+
+
+def test_events_are_applied_in_order_and_advance_the_resource_version() -> None:
+    reflector, seen = make_reflector()
+    pod = {"metadata": {"uid": "u1", "resourceVersion": "12"}}
+    assert reflector._apply(event("ADDED", pod), "10") == "12"
+    assert reflector._apply(event("BOOKMARK", {"metadata": {"resourceVersion": "20"}}), "12") == "20"
+    gone = {"metadata": {"uid": "u1", "resourceVersion": "21"}}
+    assert reflector._apply(event("DELETED", gone), "20") == "21"
+    assert seen == [("upserted", "u1"), ("deleted", "u1")]
+
+
+def test_a_410_error_event_means_list_again_and_other_errors_retry() -> None:
+    reflector, _ = make_reflector()
+    with pytest.raises(Gone):
+        reflector._apply(event("ERROR", {"code": 410, "reason": "Expired"}), "5")
+    with pytest.raises(RuntimeError, match="watch error 500"):
+        reflector._apply(event("ERROR", {"code": 500, "reason": "InternalError"}), "5")
