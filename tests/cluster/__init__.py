@@ -1,0 +1,1 @@
+"""Tests against a real etcd + kube-apiserver + kube-scheduler (marker ``cluster``)."""
