@@ -1,0 +1,220 @@
+"""The Helm chart against the real API server and the real kube-scheduler.
+
+- ``helm install`` succeeds and the API server accepts every object.
+- The extender's ServiceAccount can do what the extender needs and no more.
+- The chart's KubeSchedulerConfiguration is loaded by the real kube-scheduler,
+  which then calls a running extender.
+- The extender runs with the chart's ConfigMap as its config file, and the
+  per-namespace flags take effect.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from e2e.controlplane import ControlPlane, Scheduler, Service
+
+pytestmark = pytest.mark.cluster
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "hugepage-extender"
+StartScheduler = Callable[..., Scheduler]
+StartExtender = Callable[..., Service]
+
+
+def helm(plane: ControlPlane, *args: str) -> str:
+    result = subprocess.run(
+        [str(plane.bin_dir / "helm"), *args, "--kubeconfig", str(plane.kubeconfig)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"helm {' '.join(args)} failed:\n{result.stderr}"
+    return result.stdout
+
+
+def render(plane: ControlPlane, *values: str) -> list[dict[str, Any]]:
+    sets = [arg for value in values for arg in ("--set", value)]
+    out = helm(plane, "template", "hx", str(CHART), "--namespace", "hx", *sets)
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def rendered(documents: Sequence[dict[str, Any]], kind: str, name_part: str) -> dict[str, Any]:
+    return next(d for d in documents if d["kind"] == kind and name_part in d["metadata"]["name"])
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def allowed(plane: ControlPlane, user: str, verb: str, resource: str, *, group: str = "", sub: str = "") -> bool:
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=user,
+            groups=["system:serviceaccounts", "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(
+                verb=verb, resource=resource, group=group, subresource=sub or None, namespace="default"
+            ),
+        )
+    )
+    answer = client.AuthorizationV1Api(plane.api_client).create_subject_access_review(review)
+    assert answer.status is not None
+    return bool(answer.status.allowed)
+
+
+@pytest.mark.parametrize("bind", [False, True])
+def test_helm_install_is_accepted_and_rbac_is_least_privilege(control_plane: ControlPlane, bind: bool) -> None:
+    namespace = unique("hx-install")
+    release = unique("hx")  # ClusterRoles are cluster-wide: one release name per install
+    helm(
+        control_plane,
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--create-namespace",
+        "--set",
+        f"bind.enabled={str(bind).lower()}",
+    )
+    status = helm(control_plane, "status", release, "--namespace", namespace)
+    assert "STATUS: deployed" in status
+    apps = client.AppsV1Api(control_plane.api_client)
+    deployments = {str(d.metadata.name) for d in apps.list_namespaced_deployment(namespace).items if d.metadata}
+    assert any("scheduler" in name for name in deployments)
+    assert any("scheduler" not in name for name in deployments)
+
+    accounts = [
+        sa.metadata.name
+        for sa in control_plane.core.list_namespaced_service_account(namespace).items
+        if sa.metadata and sa.metadata.name and "scheduler" not in sa.metadata.name and sa.metadata.name != "default"
+    ]
+    assert len(accounts) == 1
+    user = f"system:serviceaccount:{namespace}:{accounts[0]}"
+    needs = [
+        ("get", "nodes", ""),
+        ("list", "nodes", ""),
+        ("watch", "nodes", ""),
+        ("list", "pods", ""),
+        ("watch", "pods", ""),
+    ]
+    needs.append(("create", "events", ""))
+    for verb, resource, group in needs:
+        assert allowed(control_plane, user, verb, resource, group=group), f"cannot {verb} {resource}"
+    for verb, resource, group in [
+        ("get", "secrets", ""),
+        ("list", "secrets", ""),
+        ("delete", "pods", ""),
+        ("update", "nodes", ""),
+        ("patch", "pods", ""),
+        ("create", "pods", ""),
+        ("list", "configmaps", ""),
+        ("create", "deployments", "apps"),
+    ]:
+        assert not allowed(control_plane, user, verb, resource, group=group), f"may {verb} {resource}"
+    assert allowed(control_plane, user, "create", "pods", sub="binding") == bind
+
+
+def test_rendered_scheduler_config_runs_in_the_real_scheduler_and_calls_the_extender(
+    control_plane: ControlPlane,
+    start_extender: StartExtender,
+    start_scheduler: StartScheduler,
+    test_label: tuple[str, str],
+) -> None:
+    extender = start_extender(["--kubeconfig", str(control_plane.kubeconfig)], ready_path="/readyz")
+    documents = render(control_plane, f"scheduler.extender.urlPrefix={extender.url}", "config.defaults.mode=enforce")
+    config_map = rendered(documents, "ConfigMap", "scheduler")
+    scheduler_config = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
+    (entry,) = scheduler_config["extenders"]
+    assert entry["nodeCacheCapable"] is True
+    assert scheduler_config["profiles"][0]["percentageOfNodesToScore"] == 100
+    scheduler = start_scheduler(scheduler_config, name=unique("chart-scheduler"))
+    assert "hugepage-scheduler" in scheduler.profiles
+
+    key, value = test_label
+    node = unique("chart-node")
+    control_plane.create_node(node, hugepages_2mi="2Gi", labels={key: value})
+    namespace = unique("chart-ns")
+    control_plane.create_namespace(namespace)
+    control_plane.create_pod(
+        namespace, "p", scheduler_name="hugepage-scheduler", hugepages_2mi="1Gi", node_selector={key: value}
+    )
+    assert control_plane.wait_for_pod_bound(namespace, "p", timeout=60) == node
+    answer = extender.get("/metrics")
+    assert answer is not None
+    assert re.search(r'hugepage_extender_requests_total\{code="200",verb="filter"\} [1-9]', answer[1].decode())
+
+
+def test_extender_runs_with_the_charts_config_and_namespace_flags_take_effect(
+    control_plane: ControlPlane,
+    start_extender: StartExtender,
+    start_scheduler: StartScheduler,
+    test_label: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    enforced, shadowed = unique("enforced"), unique("shadowed")
+    documents = render(
+        control_plane,
+        "config.defaults.mode=off",
+        f"config.namespaces.{enforced}.mode=enforce",
+        f"config.namespaces.{shadowed}.mode=shadow",
+    )
+    config_map = rendered(documents, "ConfigMap", "hx-hugepage-extender")
+    (config_text,) = config_map["data"].values()
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(config_text)
+    extender = start_extender(
+        ["--kubeconfig", str(control_plane.kubeconfig), "--config", str(config_file)], ready_path="/readyz"
+    )
+    start_scheduler(
+        {
+            "profiles": [{"schedulerName": "hugepage-scheduler", "percentageOfNodesToScore": 100}],
+            "extenders": [
+                {
+                    "urlPrefix": extender.url,
+                    "filterVerb": "filter",
+                    "prioritizeVerb": "prioritize",
+                    "weight": 1,
+                    "nodeCacheCapable": True,
+                }
+            ],
+        },
+        name=unique("flags-scheduler"),
+    )
+    key, value = test_label
+    node = unique("held-node")
+    control_plane.create_node(node, hugepages_2mi="2Gi", labels={key: value})
+    # The whole pool is held outside pod requests (VMs started by a node agent):
+    # the native scheduler sees 2Gi free; the extender sees none.
+    control_plane.core.patch_node(
+        node,
+        {"metadata": {"annotations": {"hugepage-extender.io/reserved-hugepages-2Mi": "2Gi"}}},
+        _content_type="application/merge-patch+json",
+    )
+    for namespace in (enforced, shadowed):
+        control_plane.create_namespace(namespace)
+        control_plane.create_pod(
+            namespace, "p", scheduler_name="hugepage-scheduler", hugepages_2mi="1Gi", node_selector={key: value}
+        )
+    assert control_plane.wait_for_pod_bound(shadowed, "p", timeout=60) == node
+    pod = control_plane.core.read_namespaced_pod("p", enforced)
+    assert pod.spec is not None
+    assert not pod.spec.node_name
+    answer = extender.get("/metrics")
+    assert answer is not None
+    metrics = answer[1].decode()
+    assert re.search(
+        r'hugepage_extender_fit_rejected_nodes_total\{mode="shadow",reason="insufficient"\} [1-9]', metrics
+    )
+    assert re.search(
+        r'hugepage_extender_fit_rejected_nodes_total\{mode="enforce",reason="insufficient"\} [1-9]', metrics
+    )
