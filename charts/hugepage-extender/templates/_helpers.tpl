@@ -1,0 +1,353 @@
+{{/*
+Names. Kubernetes names are DNS labels, so everything is cut to 63 characters
+(the scheduler's names keep room for their "-scheduler" suffix).
+*/}}
+{{- define "hugepage-extender.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "hugepage-extender.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "hugepage-extender.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+"<fullname>-<suffix>" within 63 characters: the full name gives way, the
+suffix (what the object is) stays. Call with (dict "context" $ "suffix" "tls").
+*/}}
+{{- define "hugepage-extender.suffixed" -}}
+{{- $base := include "hugepage-extender.fullname" .context | trunc (int (sub 62 (len .suffix))) | trimSuffix "-" }}
+{{- printf "%s-%s" $base .suffix }}
+{{- end }}
+
+{{/* The secondary scheduler's objects. */}}
+{{- define "hugepage-extender.scheduler.fullname" -}}
+{{- include "hugepage-extender.suffixed" (dict "context" . "suffix" "scheduler") }}
+{{- end }}
+
+{{- define "hugepage-extender.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "hugepage-extender.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "hugepage-extender.scheduler.serviceAccountName" -}}
+{{- if .Values.scheduler.serviceAccount.create }}
+{{- default (include "hugepage-extender.scheduler.fullname" .) .Values.scheduler.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.scheduler.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels. Selector labels (name, instance, component) never change over the
+release's life, since a Deployment's selector is immutable; the full set adds
+the version and the chart.
+Call with (dict "context" $ "component" "extender").
+*/}}
+{{- define "hugepage-extender.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "hugepage-extender.name" .context }}
+app.kubernetes.io/instance: {{ .context.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "hugepage-extender.labels" -}}
+helm.sh/chart: {{ include "hugepage-extender.chart" .context }}
+{{ include "hugepage-extender.selectorLabels" . }}
+app.kubernetes.io/version: {{ .context.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: hugepage-extender
+app.kubernetes.io/managed-by: {{ .context.Release.Service }}
+{{- with .context.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* An image reference: the digest wins over the tag. Call with (dict "image" .Values.image "default" "<tag>"). */}}
+{{- define "hugepage-extender.imageRef" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository (default .default .image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- define "hugepage-extender.image" -}}
+{{- include "hugepage-extender.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion) }}
+{{- end }}
+
+{{- define "hugepage-extender.scheduler.image" -}}
+{{- include "hugepage-extender.imageRef" (dict "image" .Values.scheduler.image "default" "") }}
+{{- end }}
+
+{{/* The extender's config file, exactly the extender's schema (extender/config.py). */}}
+{{- define "hugepage-extender.configFile" -}}
+{{ toYaml .Values.config }}
+{{- end }}
+
+{{/* The Service's in-cluster DNS name. */}}
+{{- define "hugepage-extender.serviceHost" -}}
+{{- printf "%s.%s.svc" (include "hugepage-extender.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/*
+The URL the scheduler calls. The cluster's own kube-scheduler (mode own) runs
+on the host network, where cluster DNS names do not resolve, so it needs the
+Service's pinned clusterIP (or an explicit urlPrefix).
+*/}}
+{{- define "hugepage-extender.urlPrefix" -}}
+{{- $scheme := ternary "https" "http" .Values.tls.enabled }}
+{{- if .Values.scheduler.extender.urlPrefix }}
+{{- .Values.scheduler.extender.urlPrefix | trimSuffix "/" }}
+{{- else if eq .Values.scheduler.mode "own" }}
+{{- if not .Values.service.clusterIP }}
+{{- fail "scheduler.mode=own: the cluster's kube-scheduler runs on the host network and cannot resolve Service DNS names; set service.clusterIP to a free IP in the Service CIDR (or set scheduler.extender.urlPrefix)" }}
+{{- end }}
+{{- $host := .Values.service.clusterIP }}
+{{- if contains ":" $host }}
+{{- $host = printf "[%s]" $host }}
+{{- end }}
+{{- printf "%s://%s:%d" $scheme $host (int .Values.ports.extender) }}
+{{- else }}
+{{- printf "%s://%s:%d" $scheme (include "hugepage-extender.serviceHost" .) (int .Values.ports.extender) }}
+{{- end }}
+{{- end }}
+
+{{/*
+ignorable: an ignorable extender that is down is skipped (pods placed without
+the hugepage check); a non-ignorable one blocks every pod it is consulted for.
+Derived from the mode unless set. In own mode the extender's own pods depend on
+the same scheduler, so it stays ignorable unless explicitly set.
+*/}}
+{{- define "hugepage-extender.ignorable" -}}
+{{- $explicit := .Values.scheduler.extender.ignorable }}
+{{- if kindIs "bool" $explicit }}
+{{- $explicit }}
+{{- else if eq .Values.scheduler.mode "own" }}
+{{- true }}
+{{- else }}
+{{- ne .Values.config.defaults.mode "enforce" }}
+{{- end }}
+{{- end }}
+
+{{/*
+TLS material, computed once per render and cached on the root context, so the
+Secrets, the checksums and the scheduler's caData all see the same certificates.
+Returns JSON (exact bytes, unlike YAML block scalars): ca (the server CA, for caData), cert, key (the extender's server
+pair), clientCa, clientCert, clientKey (mTLS). Generated certificates are read
+back from the release's Secrets on upgrade (lookup), so they stay stable.
+*/}}
+{{- define "hugepage-extender.tls" -}}
+{{- if not (hasKey . "hugepageExtenderTLS") }}
+{{- $tls := .Values.tls }}
+{{- $m := dict }}
+{{- if $tls.enabled }}
+{{- $fullname := include "hugepage-extender.fullname" . }}
+{{- $mtls := $tls.clientAuth.enabled }}
+{{- if eq $tls.source "values" }}
+{{- $_ := set $m "ca" (required "tls.ca is required with tls.source=values: the scheduler must get the CA that signed tls.cert" $tls.ca) }}
+{{- $_ := set $m "cert" (required "tls.cert is required with tls.source=values" $tls.cert) }}
+{{- $_ := set $m "key" (required "tls.key is required with tls.source=values" $tls.key) }}
+{{- if $mtls }}
+{{- $_ := set $m "clientCa" (required "tls.clientAuth.ca is required with tls.source=values" $tls.clientAuth.ca) }}
+{{- $_ := set $m "clientCert" (required "tls.clientAuth.cert is required with tls.source=values" $tls.clientAuth.cert) }}
+{{- $_ := set $m "clientKey" (required "tls.clientAuth.key is required with tls.source=values" $tls.clientAuth.key) }}
+{{- end }}
+{{- else if eq $tls.source "secret" }}
+{{- $name := required "tls.existingSecret is required with tls.source=secret" $tls.existingSecret }}
+{{- $ca := $tls.caBundle }}
+{{- if not $ca }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace $name }}
+{{- $ca = (index (default dict $existing.data) "ca.crt") | default "" | b64dec }}
+{{- end }}
+{{- if not $ca }}
+{{- fail (printf "tls.source=secret: no CA for the scheduler (caData). Set tls.caBundle, or give Secret %s/%s a ca.crt (helm template cannot read Secrets: set tls.caBundle there)" .Release.Namespace $name) }}
+{{- end }}
+{{- $_ := set $m "ca" $ca }}
+{{- if $mtls }}
+{{- $_ := required "tls.clientAuth.existingSecret is required with tls.source=secret and tls.clientAuth.enabled" $tls.clientAuth.existingSecret }}
+{{- end }}
+{{- else }}
+{{- $server := lookup "v1" "Secret" .Release.Namespace (include "hugepage-extender.suffixed" (dict "context" . "suffix" "tls")) }}
+{{- $client := lookup "v1" "Secret" .Release.Namespace (include "hugepage-extender.suffixed" (dict "context" . "suffix" "client-tls")) }}
+{{- $sd := default dict $server.data }}
+{{- $cd := default dict $client.data }}
+{{- $reuse := and (index $sd "tls.crt") (index $sd "tls.key") (index $sd "ca.crt") }}
+{{- if and $reuse $mtls }}
+{{- $reuse = and (index $cd "tls.crt") (index $cd "tls.key") (eq (index $cd "ca.crt" | default "") (index $sd "ca.crt")) }}
+{{- end }}
+{{- if $reuse }}
+{{- $_ := set $m "ca" (index $sd "ca.crt" | b64dec) }}
+{{- $_ := set $m "cert" (index $sd "tls.crt" | b64dec) }}
+{{- $_ := set $m "key" (index $sd "tls.key" | b64dec) }}
+{{- if $mtls }}
+{{- $_ := set $m "clientCa" (index $cd "ca.crt" | b64dec) }}
+{{- $_ := set $m "clientCert" (index $cd "tls.crt" | b64dec) }}
+{{- $_ := set $m "clientKey" (index $cd "tls.key" | b64dec) }}
+{{- end }}
+{{- else }}
+{{- $days := int $tls.validityDays }}
+{{- $svc := include "hugepage-extender.fullname" . }}
+{{- $dns := list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.%s" $svc .Release.Namespace $tls.clusterDomain) }}
+{{- $dns = concat $dns $tls.extraDnsNames }}
+{{- $ips := list }}
+{{- if .Values.service.clusterIP }}
+{{- $ips = append $ips .Values.service.clusterIP }}
+{{- end }}
+{{- $ca := genCA (printf "%s-ca" $fullname) $days }}
+{{- $cert := genSignedCert (printf "%s.%s.svc" $svc .Release.Namespace) $ips $dns $days $ca }}
+{{- $_ := set $m "ca" $ca.Cert }}
+{{- $_ := set $m "cert" $cert.Cert }}
+{{- $_ := set $m "key" $cert.Key }}
+{{- if $mtls }}
+{{- $client := genSignedCert (include "hugepage-extender.scheduler.fullname" .) nil nil $days $ca }}
+{{- $_ := set $m "clientCa" $ca.Cert }}
+{{- $_ := set $m "clientCert" $client.Cert }}
+{{- $_ := set $m "clientKey" $client.Key }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $_ := set . "hugepageExtenderTLS" $m }}
+{{- end }}
+{{- toJson (get . "hugepageExtenderTLS") }}
+{{- end }}
+
+{{/* Secret names holding the extender's server pair and the scheduler's client pair. */}}
+{{- define "hugepage-extender.tls.serverSecret" -}}
+{{- if eq .Values.tls.source "secret" }}
+{{- .Values.tls.existingSecret }}
+{{- else }}
+{{- include "hugepage-extender.suffixed" (dict "context" . "suffix" "tls") }}
+{{- end }}
+{{- end }}
+
+{{- define "hugepage-extender.tls.clientSecret" -}}
+{{- if eq .Values.tls.source "secret" }}
+{{- .Values.tls.clientAuth.existingSecret }}
+{{- else }}
+{{- include "hugepage-extender.suffixed" (dict "context" . "suffix" "client-tls") }}
+{{- end }}
+{{- end }}
+
+{{/*
+Checks that span several values (the schema checks each value alone).
+*/}}
+{{- define "hugepage-extender.validate" -}}
+{{- if and .Values.tls.clientAuth.enabled (not .Values.tls.enabled) }}
+{{- fail "tls.clientAuth.enabled needs tls.enabled: client certificates are only checked over HTTPS" }}
+{{- end }}
+{{- if ge (float64 .Values.extender.shutdownTimeoutSeconds) (float64 .Values.terminationGracePeriodSeconds) }}
+{{- fail (printf "extender.shutdownTimeoutSeconds (%v) must be under terminationGracePeriodSeconds (%v), or the kubelet kills the extender mid-drain" .Values.extender.shutdownTimeoutSeconds .Values.terminationGracePeriodSeconds) }}
+{{- end }}
+{{- if eq (int .Values.ports.extender) (int .Values.ports.probe) }}
+{{- fail "ports.extender and ports.probe must differ: the probe port is plain HTTP" }}
+{{- end }}
+{{- $timeout := .Values.scheduler.extender.httpTimeout | toString }}
+{{- if and .Values.bind.enabled (regexMatch "^[0-9]+s$" $timeout) }}
+{{- if ge (float64 .Values.bind.timeoutSeconds) (float64 (trimSuffix "s" $timeout)) }}
+{{- fail (printf "bind.timeoutSeconds (%v) must be under scheduler.extender.httpTimeout (%s): the scheduler would give up on a bind that may still succeed" .Values.bind.timeoutSeconds $timeout) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.networkPolicy.enabled (eq .Values.scheduler.mode "own") (not .Values.networkPolicy.extraExtenderFrom) }}
+{{- fail "networkPolicy.enabled with scheduler.mode=own: the cluster's kube-scheduler connects from the control-plane nodes' host network; list them in networkPolicy.extraExtenderFrom (e.g. an ipBlock)" }}
+{{- end }}
+{{- if and (eq .Values.scheduler.mode "secondary") (not .Values.scheduler.image.digest) }}
+{{- $tag := .Values.scheduler.image.tag }}
+{{- if regexMatch "^v?[0-9]+\\.[0-9]+\\.[0-9]+" $tag }}
+{{- $sched := semver $tag }}
+{{- $cluster := semver .Capabilities.KubeVersion.Version }}
+{{- if or (gt $sched.Major $cluster.Major) (and (eq $sched.Major $cluster.Major) (gt $sched.Minor $cluster.Minor)) }}
+{{- fail (printf "scheduler.image.tag %s is newer than the cluster (%s): kube-scheduler must not be newer than kube-apiserver; set scheduler.image.tag to v%d.%d.x" $tag .Capabilities.KubeVersion.Version $cluster.Major $cluster.Minor) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The KubeSchedulerConfiguration. In secondary mode it configures the chart's
+own kube-scheduler; in own mode it is the file for the cluster's scheduler.
+*/}}
+{{- define "hugepage-extender.schedulerConfig" -}}
+{{- $tls := include "hugepage-extender.tls" . | fromJson }}
+{{- $own := eq .Values.scheduler.mode "own" -}}
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+{{- if $own }}
+clientConnection:
+  kubeconfig: {{ .Values.scheduler.own.kubeconfig }}
+{{- else }}
+leaderElection:
+  leaderElect: {{ .Values.scheduler.leaderElection.enabled }}
+  {{- if .Values.scheduler.leaderElection.enabled }}
+  resourceLock: leases
+  resourceNamespace: {{ .Release.Namespace }}
+  resourceName: {{ include "hugepage-extender.scheduler.fullname" . }}
+  leaseDuration: {{ .Values.scheduler.leaderElection.leaseDuration }}
+  renewDeadline: {{ .Values.scheduler.leaderElection.renewDeadline }}
+  retryPeriod: {{ .Values.scheduler.leaderElection.retryPeriod }}
+  {{- end }}
+{{- end }}
+{{- if $own }}
+# The extender only sees the nodes the in-tree filters let through, and a
+# scheduler stops filtering once it has enough feasible nodes; 100 makes it
+# look at every node, so a pod is never failed while a fitting node exists.
+percentageOfNodesToScore: 100
+{{- else }}
+profiles:
+  - schedulerName: {{ .Values.scheduler.schedulerName }}
+    # The extender only sees the nodes the in-tree filters let through, and a
+    # scheduler stops filtering once it has enough feasible nodes; 100 makes
+    # it look at every node, so a pod is never failed while a fitting node exists.
+    percentageOfNodesToScore: 100
+    {{- with .Values.scheduler.plugins }}
+    plugins:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- with .Values.scheduler.pluginConfig }}
+    pluginConfig:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+{{- end }}
+extenders:
+  - urlPrefix: {{ include "hugepage-extender.urlPrefix" . | quote }}
+    filterVerb: filter
+    prioritizeVerb: prioritize
+    {{- if .Values.bind.enabled }}
+    bindVerb: bind
+    {{- end }}
+    weight: {{ int .Values.scheduler.extender.weight }}
+    # The extender keeps its own node cache: the scheduler sends node names
+    # only, not full Node objects (the main cost of extenders at scale).
+    nodeCacheCapable: true
+    httpTimeout: {{ .Values.scheduler.extender.httpTimeout }}
+    ignorable: {{ include "hugepage-extender.ignorable" . }}
+    {{- if .Values.tls.enabled }}
+    enableHTTPS: true
+    tlsConfig:
+      serverName: {{ include "hugepage-extender.serviceHost" . }}
+      caData: {{ required "internal: TLS enabled without a CA" $tls.ca | b64enc }}
+      {{- if .Values.tls.clientAuth.enabled }}
+      {{- if $own }}
+      certFile: {{ .Values.scheduler.own.clientCertFile }}
+      keyFile: {{ .Values.scheduler.own.clientKeyFile }}
+      {{- else }}
+      certFile: /etc/hugepage-extender/client/tls.crt
+      keyFile: /etc/hugepage-extender/client/tls.key
+      {{- end }}
+      {{- end }}
+    {{- end }}
+{{- end }}

@@ -1,0 +1,147 @@
+"""The rendered config and args, read by the extender's own code.
+
+The ConfigMap must load with the real config loader, per-namespace values must
+change exactly that namespace's policy, and the container args must parse with
+the real CLI: the chart and the extender cannot drift apart unnoticed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from extender.cli import build_parser
+from extender.config import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_RESOURCE, Config, build_config
+from extender.policy import Mode, Policy, Widening
+
+from .chartlib import CHART, CI_VALUES, Helm, Rendered
+
+EXTENDER = "hugepage-extender"
+
+
+def rendered_config(rendered: Rendered) -> Config:
+    document = yaml.safe_load(rendered.get("ConfigMap", EXTENDER)["data"]["config.yaml"])
+    return build_config(document, environ={})
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def test_chart_defaults_are_the_extenders_defaults(helm: Helm) -> None:
+    config = rendered_config(helm.template())
+    # The chart spells every default out; they must be the ones the extender
+    # would use with no config at all, so neither surprises the other.
+    assert config == build_config(None, environ={})
+    assert config.placement.defaults == Policy()
+    assert config.resource_name == DEFAULT_RESOURCE
+    assert config.max_request_bytes == DEFAULT_MAX_REQUEST_BYTES
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.name)
+def test_every_scenario_config_loads(helm: Helm, values: Path) -> None:
+    config = rendered_config(helm.template(values=[values]))
+    wanted = (yaml.safe_load(values.read_text()) or {}).get("config", {})
+    assert config.resource_name == wanted.get("resourceName", DEFAULT_RESOURCE)
+    for namespace, fields in wanted.get("namespaces", {}).items():
+        policy = config.policy_for(namespace)
+        for key, value in fields.items():
+            # Mode and Widening are StrEnums, so they equal their YAML spelling.
+            assert getattr(policy, snake(key)) == value, f"{namespace}.{key}"
+
+
+def test_one_value_flips_one_namespace_to_enforce(helm: Helm) -> None:
+    config = rendered_config(helm.template(set_values={"config.namespaces.payments.mode": "enforce"}))
+    assert config.policy_for("payments").mode is Mode.ENFORCE
+    assert config.policy_for("other").mode is Mode.SHADOW
+    # Every other knob of payments still comes from the defaults.
+    assert config.policy_for("payments") == dataclasses.replace(Policy(), mode=Mode.ENFORCE)
+
+
+@pytest.mark.parametrize(
+    ("set_values", "namespace", "expected"),
+    [
+        ({"config.namespaces.vms.needFromMemory": "true"}, "vms", {"need_from_memory": True}),
+        ({"config.namespaces.batch.sampleSize": "0"}, "batch", {"sample_size": 0}),
+        ({"config.namespaces.batch.widening": "drawUntilK"}, "batch", {"widening": Widening.DRAW_UNTIL_K}),
+        ({"config.namespaces.legacy.mode": "off"}, "legacy", {"mode": Mode.OFF}),
+        (
+            {"config.defaults.mode": "enforce", "config.namespaces.canary.mode": "shadow"},
+            "canary",
+            {"mode": Mode.SHADOW},
+        ),
+    ],
+)
+def test_per_namespace_flags_take_effect(
+    helm: Helm, set_values: dict[str, str], namespace: str, expected: dict[str, Any]
+) -> None:
+    config = rendered_config(helm.template(set_values=set_values))
+    policy = config.policy_for(namespace)
+    for field, value in expected.items():
+        assert getattr(policy, field) == value
+
+
+def test_namespaces_scenario(helm: Helm) -> None:
+    config = rendered_config(helm.template(values=[CHART / "ci" / "namespaces-values.yaml"]))
+    assert config.resource_name == "hugepages-1Gi"
+    assert config.page_size_bytes == 1024**3
+    vms = config.policy_for("vms")
+    assert (vms.mode, vms.need_from_memory, vms.widening, vms.reservation_timeout_seconds) == (
+        Mode.ENFORCE,
+        True,
+        Widening.RESAMPLE,
+        60,
+    )
+    assert config.policy_for("payments").need_from_memory is False
+    assert config.policy_for("elsewhere").mode is Mode.SHADOW
+
+
+def test_schema_policy_keys_and_enums_match_the_extender() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    config = schema["properties"]["config"]["properties"]
+    (namespace_policy,) = config["namespaces"]["patternProperties"].values()
+    assert config["namespaces"]["additionalProperties"] is False
+    for policy in (config["defaults"], namespace_policy):
+        assert set(policy["properties"]) == {camel(f.name) for f in dataclasses.fields(Policy)}
+        assert policy["properties"]["mode"]["enum"] == [m.value for m in Mode]
+        assert policy["properties"]["widening"]["enum"] == [w.value for w in Widening]
+        assert policy["additionalProperties"] is False
+    assert set(config) == {"resourceName", "maxRequestBytes", "defaults", "namespaces"}
+
+
+def extender_args(rendered: Rendered) -> list[str]:
+    deployment = rendered.get("Deployment", EXTENDER)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args: list[str] = container["args"]
+    return args
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.name)
+def test_container_args_parse_with_the_extender_cli(helm: Helm, values: Path) -> None:
+    rendered = helm.template(values=[values])
+    args = build_parser().parse_args(extender_args(rendered))
+    assert args.command == "serve"
+    assert args.in_cluster is True
+    assert args.kubeconfig is None
+    assert args.snapshot is None
+    assert args.host == "0.0.0.0"  # noqa: S104 - a pod serves on its own IP
+    assert args.port == 8888
+    assert args.probe_port == 8081
+    wanted = yaml.safe_load(values.read_text()) or {}
+    assert args.enable_bind is bool(wanted.get("bind", {}).get("enabled"))
+    tls = wanted.get("tls", {})
+    assert (args.tls_cert_file is not None) is bool(tls.get("enabled"))
+    assert (args.client_ca_file is not None) is bool(tls.get("clientAuth", {}).get("enabled"))
+    if args.enable_bind:
+        assert args.bind_timeout_seconds < 5  # under the scheduler's httpTimeout (5s)

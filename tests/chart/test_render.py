@@ -1,0 +1,559 @@
+"""`helm template` over the ci/ matrix: what every scenario must render.
+
+Each check reads the rendered objects the way the API server, the kubelet or
+kube-scheduler will read them: names are DNS labels, the config path in the
+args is the file the volume mounts, the scheduler's caData is the CA that
+signed the served certificate.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .chartlib import CHART, CI_VALUES, NAMESPACE, RELEASE, Doc, Helm, HelmError, Rendered
+
+CI = {p.name.removesuffix("-values.yaml"): p for p in CI_VALUES}
+EXTENDER = RELEASE  # the release is named like the chart, so fullname == release
+SCHEDULER = f"{RELEASE}-scheduler"
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
+STANDARD_LABELS = (
+    "helm.sh/chart",
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of",
+)
+
+
+@pytest.fixture(scope="module")
+def renders(helm: Helm) -> dict[str, Rendered]:
+    return {name: helm.template(values=[path]) for name, path in CI.items()}
+
+
+def values_of(name: str) -> dict[str, Any]:
+    loaded = yaml.safe_load(CI[name].read_text()) or {}
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def container(deployment: Doc, name: str) -> Doc:
+    found = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    assert len(found) == 1
+    result: Doc = found[0]
+    return result
+
+
+def scheduler_config(rendered: Rendered) -> Doc:
+    data = rendered.get("ConfigMap", SCHEDULER)["data"]["scheduler-config.yaml"]
+    config = yaml.safe_load(data)
+    assert isinstance(config, dict)
+    return config
+
+
+def the_extender(config: Doc) -> Doc:
+    extenders = config["extenders"]
+    assert len(extenders) == 1
+    result: Doc = extenders[0]
+    return result
+
+
+def is_tls(name: str) -> bool:
+    return bool(values_of(name).get("tls", {}).get("enabled"))
+
+
+def is_mtls(name: str) -> bool:
+    return bool(values_of(name).get("tls", {}).get("clientAuth", {}).get("enabled"))
+
+
+def is_own(name: str) -> bool:
+    return bool(values_of(name).get("scheduler", {}).get("mode") == "own")
+
+
+def is_bind(name: str) -> bool:
+    return bool(values_of(name).get("bind", {}).get("enabled"))
+
+
+# -- every object ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_objects_are_well_formed(renders: dict[str, Rendered], scenario: str) -> None:
+    rendered = renders[scenario]
+    assert rendered.docs
+    for doc in rendered.docs:
+        meta = doc["metadata"]
+        where = f"{scenario}: {doc['kind']}/{meta['name']}"
+        assert doc["apiVersion"], where
+        assert DNS_LABEL.match(meta["name"]), f"{where}: not a DNS label"
+        for label in STANDARD_LABELS:
+            assert label in meta["labels"], f"{where}: no {label} label"
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in meta, where
+        elif not (doc["kind"] == "RoleBinding" and meta["namespace"] == "kube-system"):
+            assert meta["namespace"] == NAMESPACE, where
+
+
+@pytest.mark.parametrize(
+    ("release", "set_values"),
+    [
+        # helm's longest release name (53) plus "-hugepage-extender" is 71 characters
+        ("a-long-release-name-that-a-platform-team-might-choose", {}),
+        ("r", {"fullnameOverride": "f" * 63}),
+    ],
+    ids=["long-release", "long-fullname-override"],
+)
+def test_names_are_truncated_to_63(helm: Helm, release: str, set_values: dict[str, str]) -> None:
+    docs = [d for d in yaml.safe_load_all(helm.template_text(release=release, set_values=set_values)) if d]
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        assert len(name) <= 63, name
+        assert DNS_LABEL.match(name), name
+    deployments = [d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"]
+    assert sorted(name.endswith("-scheduler") for name in deployments) == [False, True]
+
+
+def test_selector_labels_are_a_stable_subset(renders: dict[str, Rendered]) -> None:
+    deployment = renders["default"].get("Deployment", EXTENDER)
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    # No version or chart label in the immutable selector: upgrades must not change it.
+    assert selector == {
+        "app.kubernetes.io/name": "hugepage-extender",
+        "app.kubernetes.io/instance": RELEASE,
+        "app.kubernetes.io/component": "extender",
+    }
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    service = renders["default"].get("Service", EXTENDER)
+    assert service["spec"]["selector"] == selector
+
+
+# -- the extender Deployment ------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_extender_pods_are_hardened(renders: dict[str, Rendered], scenario: str) -> None:
+    deployment = renders[scenario].get("Deployment", EXTENDER)
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    extender = container(deployment, "extender")
+    security = extender["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert extender["resources"]["requests"]["cpu"]
+    assert extender["resources"]["requests"]["memory"]
+    assert extender["resources"]["limits"]["memory"]
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_extender_probes_use_the_plain_http_probe_port(renders: dict[str, Rendered], scenario: str) -> None:
+    extender = container(renders[scenario].get("Deployment", EXTENDER), "extender")
+    ports = {p["name"]: p["containerPort"] for p in extender["ports"]}
+    assert extender["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probe"}
+    assert extender["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probe"}
+    assert extender["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "probe"}
+    assert f"--probe-port={ports['probe']}" in extender["args"]
+    assert f"--port={ports['extender']}" in extender["args"]
+    assert "scheme" not in extender["readinessProbe"]["httpGet"]  # HTTP even when the verbs are HTTPS
+
+
+def test_extender_defaults_for_availability(renders: dict[str, Rendered]) -> None:
+    rendered = renders["default"]
+    deployment = rendered.get("Deployment", EXTENDER)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    pod = deployment["spec"]["template"]["spec"]
+    hard = [c for c in pod["topologySpreadConstraints"] if c["whenUnsatisfiable"] == "DoNotSchedule"]
+    assert [c["topologyKey"] for c in hard] == ["kubernetes.io/hostname"]
+    assert hard[0]["nodeTaintsPolicy"] == "Honor"
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    budget = rendered.get("PodDisruptionBudget", EXTENDER)
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    assert pod["terminationGracePeriodSeconds"] > 10  # above --shutdown-timeout=10
+    assert "--shutdown-timeout=10" in container(deployment, "extender")["args"]
+
+
+def test_pod_namespace_comes_from_the_downward_api(renders: dict[str, Rendered]) -> None:
+    env = {e["name"]: e for e in container(renders["default"].get("Deployment", EXTENDER), "extender")["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_config_flag_names_the_mounted_config_map_key(renders: dict[str, Rendered], scenario: str) -> None:
+    deployment = renders[scenario].get("Deployment", EXTENDER)
+    extender = container(deployment, "extender")
+    assert extender["args"][:2] == ["serve", "--in-cluster"]
+    (config_arg,) = [a for a in extender["args"] if a.startswith("--config=")]
+    path = Path(config_arg.removeprefix("--config="))
+    mount = next(m for m in extender["volumeMounts"] if Path(m["mountPath"]) == path.parent)
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+    config_map = renders[scenario].get("ConfigMap", volume["configMap"]["name"])
+    assert path.name in config_map["data"]
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_tls_flags_match_mounted_secrets(renders: dict[str, Rendered], scenario: str) -> None:
+    deployment = renders[scenario].get("Deployment", EXTENDER)
+    args = container(deployment, "extender")["args"]
+    mounts = {m["mountPath"]: m["name"] for m in container(deployment, "extender")["volumeMounts"]}
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    flags = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args if a.startswith("--") and "=" in a}
+    tls_flags = ("--tls-cert-file", "--tls-key-file", "--client-ca-file")
+    expected = tls_flags if is_mtls(scenario) else tls_flags[:2] if is_tls(scenario) else ()
+    assert tuple(f for f in tls_flags if f in flags) == expected
+    for flag in expected:
+        path = Path(flags[flag])
+        volume = volumes[mounts[str(path.parent)]]
+        assert path.name in [item["path"] for item in volume["secret"]["items"]]
+    if is_mtls(scenario):
+        client_ca = volumes[mounts[str(Path(flags["--client-ca-file"]).parent)]]
+        # The extender gets only the CA from the scheduler's client Secret, never its key.
+        assert [item["key"] for item in client_ca["secret"]["items"]] == ["ca.crt"]
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_checksum_annotations_roll_the_pods(renders: dict[str, Rendered], scenario: str) -> None:
+    annotations = renders[scenario].get("Deployment", EXTENDER)["spec"]["template"]["metadata"]["annotations"]
+    assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/config"])
+    assert ("checksum/tls" in annotations) == is_tls(scenario)
+
+
+def test_config_change_changes_the_checksum_and_nothing_else_does(helm: Helm) -> None:
+    def checksum(set_values: dict[str, str]) -> str:
+        deployment = helm.template(set_values=set_values).get("Deployment", EXTENDER)
+        value: str = deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        return value
+
+    base = checksum({})
+    assert checksum({"config.namespaces.payments.mode": "enforce"}) != base
+    assert checksum({"replicaCount": "3"}) == base
+
+
+# -- Service and RBAC -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_service_keeps_one_scheduler_on_one_replica(renders: dict[str, Rendered], scenario: str) -> None:
+    service = renders[scenario].get("Service", EXTENDER)
+    assert service["spec"]["sessionAffinity"] == "ClientIP"
+    assert service["spec"]["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"] > 0
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    assert set(ports) == {"https" if is_tls(scenario) else "http", "metrics"}
+    if is_own(scenario):
+        assert service["spec"]["clusterIP"] == values_of(scenario)["service"]["clusterIP"]
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_extender_cluster_role_is_least_privilege(renders: dict[str, Rendered], scenario: str) -> None:
+    rules = renders[scenario].get("ClusterRole", EXTENDER)["rules"]
+    granted = {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    expected = {("", r, v) for r in ("nodes", "pods") for v in ("get", "list", "watch")}
+    expected |= {(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")}
+    if is_bind(scenario):
+        expected.add(("", "pods/binding", "create"))
+    assert granted == expected
+    assert all("resourceNames" not in rule for rule in rules)
+    binding = renders[scenario].get("ClusterRoleBinding", EXTENDER)
+    assert binding["roleRef"]["name"] == EXTENDER
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER, "namespace": NAMESPACE}]
+
+
+# -- the scheduler ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_scheduler_config_is_wired_for_the_extender(renders: dict[str, Rendered], scenario: str) -> None:
+    config = scheduler_config(renders[scenario])
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    if is_own(scenario):
+        assert config["percentageOfNodesToScore"] == 100
+        assert "profiles" not in config
+    else:
+        (profile,) = config["profiles"]
+        assert profile["schedulerName"] == values_of(scenario).get("scheduler", {}).get(
+            "schedulerName", "hugepage-scheduler"
+        )
+        assert profile["percentageOfNodesToScore"] == 100
+    extender = the_extender(config)
+    assert extender["nodeCacheCapable"] is True
+    assert extender["filterVerb"] == "filter"
+    assert extender["prioritizeVerb"] == "prioritize"
+    assert extender["weight"] >= 1
+    assert re.fullmatch(r"[0-9]+(ms|s|m)", extender["httpTimeout"])
+    assert ("bindVerb" in extender) == is_bind(scenario)
+    if is_bind(scenario):
+        assert extender["bindVerb"] == "bind"
+    scheme = "https" if is_tls(scenario) else "http"
+    if is_own(scenario):
+        cluster_ip = values_of(scenario)["service"]["clusterIP"]
+        assert extender["urlPrefix"] == f"{scheme}://{cluster_ip}:8888"
+    else:
+        assert extender["urlPrefix"] == f"{scheme}://{EXTENDER}.{NAMESPACE}.svc:8888"
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_https_always_comes_with_the_ca(renders: dict[str, Rendered], scenario: str) -> None:
+    extender = the_extender(scheduler_config(renders[scenario]))
+    if not extender.get("enableHTTPS"):
+        assert not is_tls(scenario)
+        assert "tlsConfig" not in extender
+        return
+    tls = extender["tlsConfig"]
+    assert "insecure" not in tls
+    ca = base64.b64decode(tls["caData"], validate=True).decode()
+    assert ca.startswith("-----BEGIN CERTIFICATE-----")
+    assert tls["serverName"] == f"{EXTENDER}.{NAMESPACE}.svc"
+    secret_name = values_of(scenario)["tls"].get("existingSecret") or f"{EXTENDER}-tls"
+    rendered = renders[scenario]
+    if rendered.has("Secret", secret_name):
+        secret_ca = base64.b64decode(rendered.get("Secret", secret_name)["data"]["ca.crt"]).decode()
+        assert secret_ca == ca
+    else:
+        assert ca == values_of(scenario)["tls"]["caBundle"]
+    assert ("certFile" in tls) == is_mtls(scenario)
+    assert ("keyFile" in tls) == is_mtls(scenario)
+    assert "keyData" not in tls  # private keys stay in Secrets, never in a ConfigMap
+
+
+@pytest.mark.parametrize(
+    ("scenario", "ignorable"),
+    [
+        ("default", True),  # shadow: a down extender must not block pods
+        ("enforce", False),  # enforce: no placement without the check
+        ("namespaces", True),  # derived from defaults.mode (shadow)
+        ("bind", True),  # explicitly set
+        ("own-scheduler", True),  # the cluster's scheduler also places the extender's pods
+    ],
+)
+def test_ignorable_follows_the_mode(renders: dict[str, Rendered], scenario: str, ignorable: bool) -> None:
+    assert the_extender(scheduler_config(renders[scenario]))["ignorable"] is ignorable
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_secondary_scheduler_deployment(renders: dict[str, Rendered], scenario: str) -> None:
+    rendered = renders[scenario]
+    if is_own(scenario):
+        assert not rendered.all("Role")
+        assert [d["metadata"]["name"] for d in rendered.all("Deployment")] == [EXTENDER]
+        assert [b["metadata"]["name"] for b in rendered.all("ClusterRoleBinding")] == [EXTENDER]
+        return
+    deployment = rendered.get("Deployment", SCHEDULER)
+    pod = deployment["spec"]["template"]["spec"]
+    assert "schedulerName" not in pod  # the default scheduler places the scheduler itself
+    scheduler = container(deployment, "kube-scheduler")
+    assert scheduler["image"] == "registry.k8s.io/kube-scheduler:v1.37.2"
+    (config_arg,) = [a for a in scheduler["command"] if a.startswith("--config=")]
+    path = Path(config_arg.removeprefix("--config="))
+    mount = next(m for m in scheduler["volumeMounts"] if Path(m["mountPath"]) == path.parent)
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["configMap"]["name"] == SCHEDULER
+    assert path.name == "scheduler-config.yaml"
+    security = scheduler["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert scheduler["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert pod["serviceAccountName"] == SCHEDULER
+    if is_mtls(scenario):
+        extender = the_extender(scheduler_config(rendered))
+        cert = Path(extender["tlsConfig"]["certFile"])
+        client = next(m for m in scheduler["volumeMounts"] if Path(m["mountPath"]) == cert.parent)
+        client_volume = next(v for v in pod["volumes"] if v["name"] == client["name"])
+        items = [item["path"] for item in client_volume["secret"]["items"]]
+        assert sorted(items) == ["tls.crt", "tls.key"]
+
+
+@pytest.mark.parametrize("scenario", sorted(name for name in CI if not is_own(name)))
+def test_secondary_scheduler_rbac(renders: dict[str, Rendered], scenario: str) -> None:
+    rendered = renders[scenario]
+    subject = {"kind": "ServiceAccount", "name": SCHEDULER, "namespace": NAMESPACE}
+    cluster_roles = {b["roleRef"]["name"] for b in rendered.all("ClusterRoleBinding") if b["subjects"] == [subject]}
+    assert cluster_roles == {"system:kube-scheduler", "system:volume-scheduler"}
+    reader = rendered.get("RoleBinding", f"{SCHEDULER}-authentication-reader")
+    assert reader["metadata"]["namespace"] == "kube-system"
+    assert reader["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "extension-apiserver-authentication-reader",
+    }
+    lease_role = rendered.get("Role", f"{SCHEDULER}-leader-election")
+    lease = scheduler_config(rendered)["leaderElection"]
+    assert lease["resourceNamespace"] == NAMESPACE
+    named = [r for r in lease_role["rules"] if "resourceNames" in r]
+    assert named[0]["resourceNames"] == [lease["resourceName"]]
+    assert "update" in named[0]["verbs"]
+
+
+# -- optional objects ---------------------------------------------------------------
+
+
+def test_monitoring_objects(renders: dict[str, Rendered]) -> None:
+    rendered = renders["monitoring"]
+    monitor = rendered.get("ServiceMonitor", EXTENDER)
+    (endpoint,) = monitor["spec"]["endpoints"]
+    service_ports = {p["name"] for p in rendered.get("Service", EXTENDER)["spec"]["ports"]}
+    assert endpoint["port"] in service_ports
+    assert endpoint["path"] == "/metrics"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    dashboard = rendered.get("ConfigMap", f"{EXTENDER}-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    json.loads(dashboard["data"]["hugepage-extender.json"])
+    assert rendered.get("PodDisruptionBudget", EXTENDER)["spec"] == {
+        "minAvailable": 2,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        "selector": rendered.get("Deployment", EXTENDER)["spec"]["selector"],
+    }
+    assert not renders["default"].all("ServiceMonitor")
+    assert not renders["default"].has("ConfigMap", f"{EXTENDER}-dashboard")
+
+
+def test_network_policy_admits_only_the_scheduler_on_the_verbs(renders: dict[str, Rendered]) -> None:
+    policy = renders["mtls-generated"].get("NetworkPolicy", EXTENDER)
+    verbs, probes = policy["spec"]["ingress"]
+    assert verbs["ports"] == [{"port": "extender", "protocol": "TCP"}]
+    scheduler_labels = renders["mtls-generated"].get("Deployment", SCHEDULER)["spec"]["selector"]["matchLabels"]
+    assert verbs["from"] == [{"podSelector": {"matchLabels": scheduler_labels}}]
+    assert probes["ports"] == [{"port": "probe", "protocol": "TCP"}]
+    own = renders["own-scheduler"].get("NetworkPolicy", EXTENDER)
+    assert own["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "172.18.0.0/16"}}]
+
+
+# -- refusals: combinations the schema cannot see -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("set_values", "message"),
+    [
+        pytest.param(
+            {"scheduler.mode": "own"},
+            "scheduler.mode=own: the cluster's kube-scheduler runs on the host network",
+            id="own-needs-cluster-ip",
+        ),
+        pytest.param(
+            {"tls.clientAuth.enabled": "true"},
+            "tls.clientAuth.enabled needs tls.enabled",
+            id="mtls-needs-tls",
+        ),
+        pytest.param(
+            {"tls.enabled": "true", "tls.source": "values"},
+            "tls.ca is required with tls.source=values",
+            id="values-need-a-ca",
+        ),
+        pytest.param(
+            {"tls.enabled": "true", "tls.source": "secret"},
+            "tls.existingSecret is required with tls.source=secret",
+            id="secret-needs-a-name",
+        ),
+        pytest.param(
+            {"tls.enabled": "true", "tls.source": "secret", "tls.existingSecret": "serving"},
+            "no CA for the scheduler (caData). Set tls.caBundle",
+            id="secret-needs-a-ca",
+        ),
+        pytest.param(
+            {"extender.shutdownTimeoutSeconds": "30"},
+            "extender.shutdownTimeoutSeconds (30) must be under terminationGracePeriodSeconds (30)",
+            id="drain-within-grace",
+        ),
+        pytest.param(
+            {"ports.probe": "8888"},
+            "ports.extender and ports.probe must differ",
+            id="distinct-ports",
+        ),
+        pytest.param(
+            {"bind.enabled": "true", "bind.timeoutSeconds": "5"},
+            "bind.timeoutSeconds (5) must be under scheduler.extender.httpTimeout (5s)",
+            id="bind-within-http-timeout",
+        ),
+        pytest.param(
+            {"scheduler.mode": "own", "service.clusterIP": "10.96.0.88", "networkPolicy.enabled": "true"},
+            "list them in networkPolicy.extraExtenderFrom",
+            id="own-network-policy-needs-peers",
+        ),
+    ],
+)
+def test_inconsistent_values_fail_with_a_clear_message(helm: Helm, set_values: dict[str, str], message: str) -> None:
+    with pytest.raises(HelmError) as failure:
+        helm.template(set_values=set_values)
+    assert message in str(failure.value)
+
+
+def test_scheduler_newer_than_the_cluster_is_refused(helm: Helm) -> None:
+    with pytest.raises(HelmError) as failure:
+        helm.template(extra=["--kube-version", "v1.34.1"])
+    assert "scheduler.image.tag v1.37.2 is newer than the cluster (v1.34.1)" in str(failure.value)
+    assert "set scheduler.image.tag to v1.34.x" in str(failure.value)
+    older = helm.template(extra=["--kube-version", "v1.34.1"], set_values={"scheduler.image.tag": "v1.34.1"})
+    assert container(older.get("Deployment", SCHEDULER), "kube-scheduler")["image"].endswith(":v1.34.1")
+
+
+def test_own_mode_reaches_an_ipv6_cluster_ip_in_brackets(helm: Helm) -> None:
+    rendered = helm.template(set_values={"scheduler.mode": "own", "service.clusterIP": "fd00:10:96::88"})
+    assert the_extender(scheduler_config(rendered))["urlPrefix"] == "http://[fd00:10:96::88]:8888"
+
+
+def test_image_digest_wins_over_tag(helm: Helm) -> None:
+    digest = "sha256:" + "ab" * 32
+    rendered = helm.template(set_values={"image.digest": digest, "scheduler.image.digest": digest})
+    assert container(rendered.get("Deployment", EXTENDER), "extender")["image"] == (
+        f"ghcr.io/hugepage-extender/hugepage-extender@{digest}"
+    )
+    assert container(rendered.get("Deployment", SCHEDULER), "kube-scheduler")["image"] == (
+        f"registry.k8s.io/kube-scheduler@{digest}"
+    )
+
+
+def test_default_image_is_the_app_version(renders: dict[str, Rendered]) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    image = container(renders["default"].get("Deployment", EXTENDER), "extender")["image"]
+    assert image == f"ghcr.io/hugepage-extender/hugepage-extender:{chart['appVersion']}"
+
+
+# -- NOTES.txt ----------------------------------------------------------------------
+
+
+def render_notes(helm: Helm, chart: Path, values: list[Path], set_values: dict[str, str] | None = None) -> str:
+    rendered = helm.template(chart=chart, values=values, set_values=set_values or {})
+    notes: str = rendered.get("ConfigMap", "rendered-notes")["data"]["notes"]
+    return notes
+
+
+def test_notes_tell_the_next_step_secondary(helm: Helm, notes_chart: Path) -> None:
+    notes = render_notes(helm, notes_chart, [CI["namespaces"]])
+    assert f"http://{EXTENDER}.{NAMESPACE}.svc:8888" in notes
+    assert "schedulerName: hugepage-scheduler-1g" in notes
+    assert "per-namespace: payments=enforce vms=enforce" in notes
+    assert "--set config.namespaces.<namespace>.mode=enforce" in notes
+    snippet = yaml.safe_load(notes.split("consults the extender with:\n", 1)[1].split("\n\n", 1)[0])
+    assert snippet["extenders"][0]["nodeCacheCapable"] is True
+    assert snippet["extenders"][0]["weight"] == 5
+
+
+def test_notes_tell_the_next_step_own(helm: Helm, notes_chart: Path) -> None:
+    notes = render_notes(helm, notes_chart, [CI["own-scheduler"]], {"scheduler.extender.ignorable": "false"})
+    assert "https://10.96.0.88:8888" in notes
+    assert f"get configmap {SCHEDULER}" in notes
+    assert f"get secret {EXTENDER}-client-tls" in notes
+    assert "WARNING: the extender is not ignorable" in notes
+    snippet = yaml.safe_load(notes.split("extenders section:\n", 1)[1].split("\n\n", 1)[0])
+    assert snippet["extenders"][0]["tlsConfig"]["caData"]
