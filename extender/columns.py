@@ -74,7 +74,7 @@ class NodeColumns:
         except KeyError:
             get = self._slot.get
             return np.fromiter((get(n, 0) for n in names), dtype=np.intp, count=len(names))
-        return np.array(found if len(names) > 1 else (found,), dtype=np.intp)
+        return np.fromiter(found if len(names) > 1 else (found,), dtype=np.intp, count=len(names))
 
     def _grow(self) -> int:
         slot = self._size

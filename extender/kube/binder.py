@@ -18,6 +18,7 @@ from typing import Any, cast
 import msgspec
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as TransportError
 
 from extender.objects import Pod
 from extender.server import BindError
@@ -60,7 +61,7 @@ class ApiBinder:
             if error.status == 409 and self._bound_to(args) == args.node:
                 return  # a repeated bind for the same pod and node is not an error
             raise BindError(f"binding {args.pod_namespace}/{args.pod_name}: {error.status} {_message(error)}") from None
-        except OSError as error:  # urllib3 timeouts and connection errors are OSErrors
+        except (OSError, TransportError) as error:  # urllib3's timeouts and connection errors are not OSErrors
             raise BindError(f"binding {args.pod_namespace}/{args.pod_name}: {error}") from None
 
     def _bound_to(self, args: BindingArgs) -> str | None:
@@ -68,7 +69,7 @@ class ApiBinder:
             response: Any = self._core.read_namespaced_pod(
                 args.pod_name, args.pod_namespace, _request_timeout=self._timeout, _preload_content=False
             )
-        except (ApiException, OSError):
+        except (ApiException, OSError, TransportError):
             return None
         pod = msgspec.json.decode(response.data, type=Pod)
         if args.pod_uid and pod.metadata.uid != args.pod_uid:

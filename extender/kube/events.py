@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as TransportError
 
 from extender.decision import FilterDecision, Outcome
 from extender.metrics import Metrics
@@ -117,7 +118,7 @@ class PodEvents:
         try:
             self._core.create_namespaced_event(pod.metadata.namespace, cast(Any, body), _request_timeout=(5, 10))
             self._metrics.events.labels(reason).inc()
-        except (ApiException, OSError) as error:
+        except (ApiException, OSError, TransportError) as error:  # urllib3's errors are not OSErrors
             log.warning(
                 "could not post %s event on pod %s/%s: %s", reason, pod.metadata.namespace, pod.metadata.name, error
             )
