@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from extender.capacity import NodeAccount, headroom_bytes, hugepages_for
 from extender.columns import NodeColumns
 from extender.config import Config
-from extender.inflight import InFlightLedger, Reservation
+from extender.inflight import InFlightLedger, Reservation, nodes_of
 from extender.objects import Node, Pod
 from extender.podrequest import PodDemand, pod_demand
 from extender.quantity import to_millis, to_units
@@ -167,15 +167,17 @@ class ClusterState:
         touched = self._forget_pod(uid) | self._inflight.release(uid)
         self._refresh(touched)
 
-    def reserve(self, uid: str, node: str, demand: PodDemand, timeout_seconds: float) -> bool:
-        """Count a placement in flight until it is seen bound, gone, or times out.
+    def reserve(self, uid: str, nodes: str | Sequence[str], demand: PodDemand, timeout_seconds: float) -> bool:
+        """Count a placement in flight on ``nodes`` until it is seen bound, gone, or times out.
 
-        A pod already seen bound is counted by its usage, never twice.
+        Several nodes: the pod will go to one of them, which one is not known
+        yet, so its need is held on each. A pod already seen bound is counted
+        by its usage, never twice.
         """
-        if uid in self._pods or not uid:
+        if uid in self._pods or not uid or not nodes:
             return False
         deadline = self._clock() + timeout_seconds
-        reservation = Reservation(node, demand.hugepage_bytes, demand.cpu_millis, deadline)
+        reservation = Reservation(nodes_of(nodes), demand.hugepage_bytes, demand.cpu_millis, deadline)
         self._refresh(self._inflight.hold(uid, reservation))
         return True
 

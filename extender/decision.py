@@ -19,6 +19,7 @@ from extender.sampling import Sample, best_of_k
 from extender.scoring import node_load, priorities, priority
 
 Accounts = Mapping[str, NodeAccount]
+HOLD_LIMIT = 16  # most nodes a filter answer holds a pod's need on (see FilterDecision.nodes_to_hold)
 VECTOR_THRESHOLD = 64  # below this many candidates the scalar loop is faster than numpy's setup
 
 
@@ -67,6 +68,14 @@ class FilterDecision:
     def chosen(self) -> str | None:
         """The node the pod will go to, when the answer leaves exactly one."""
         return self.passed[0] if len(self.passed) == 1 else None
+
+    @property
+    def nodes_to_hold(self) -> list[str]:
+        """Where to hold the pod's need until it shows up bound: every admitted node,
+        when there are few (best-of-K), since the scheduler may pick any of them and
+        filters the next pod before this one's bind. Beyond ``HOLD_LIMIT`` nodes the
+        hold would cost more than it protects; the bind verb then names the node."""
+        return self.passed if len(self.passed) <= HOLD_LIMIT else []
 
 
 def _account(accounts: Accounts, name: str) -> NodeAccount:

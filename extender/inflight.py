@@ -1,18 +1,24 @@
-"""Placements in flight: pods whose node is chosen but not yet seen bound.
+"""Placements in flight: pods whose node is chosen (or narrowed down) but not yet seen bound.
 
 One entry per pod UID, so asking again for the same pod moves or refreshes
-its entry instead of counting it twice. Time is passed in, never read here.
+its entry instead of counting it twice. An entry may hold the pod's need on
+several nodes at once: when the filter leaves a few nodes and the scheduler
+has not said which it picked, the need is held on each of them until the
+pod shows up bound (or its bind names the node). That errs towards refusing
+a node for a moment rather than over-committing a pool. Time is passed in,
+never read here.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    node: str
+    nodes: tuple[str, ...]
     hugepage_bytes: int
     cpu_millis: int
     expires_at: float
@@ -39,25 +45,26 @@ class InFlightLedger:
         return dict(self._by_uid)
 
     def hold(self, uid: str, reservation: Reservation) -> set[str]:
-        """Count ``uid`` against ``reservation.node``; returns the nodes whose totals changed."""
+        """Count ``uid`` against each of ``reservation.nodes``; returns the nodes whose totals changed."""
         touched = self.release(uid)
         self._by_uid[uid] = reservation
-        self._bytes[reservation.node] += reservation.hugepage_bytes
-        self._cpu[reservation.node] += reservation.cpu_millis
+        for node in reservation.nodes:
+            self._bytes[node] += reservation.hugepage_bytes
+            self._cpu[node] += reservation.cpu_millis
         self._next_expiry = min(self._next_expiry, reservation.expires_at)
-        touched.add(reservation.node)
+        touched.update(reservation.nodes)
         return touched
 
     def release(self, uid: str) -> set[str]:
         reservation = self._by_uid.pop(uid, None)
         if reservation is None:
             return set()
-        node = reservation.node
-        self._bytes[node] -= reservation.hugepage_bytes
-        self._cpu[node] -= reservation.cpu_millis
-        if not self._bytes[node] and not self._cpu[node]:
-            del self._bytes[node], self._cpu[node]
-        return {node}
+        for node in reservation.nodes:
+            self._bytes[node] -= reservation.hugepage_bytes
+            self._cpu[node] -= reservation.cpu_millis
+            if not self._bytes[node] and not self._cpu[node]:
+                del self._bytes[node], self._cpu[node]
+        return set(reservation.nodes)
 
     def expire(self, now: float) -> set[str]:
         """Drop reservations past their deadline (the pod never showed up bound)."""
@@ -68,3 +75,7 @@ class InFlightLedger:
             touched |= self.release(uid)
         self._next_expiry = min((r.expires_at for r in self._by_uid.values()), default=float("inf"))
         return touched
+
+
+def nodes_of(node_or_nodes: str | Sequence[str]) -> tuple[str, ...]:
+    return (node_or_nodes,) if isinstance(node_or_nodes, str) else tuple(dict.fromkeys(node_or_nodes))

@@ -105,12 +105,10 @@ class Extender:
         self._observe(pod, policy, decision, demand, len(args.node_names))
         if demand.wants_hugepages and policy.mode is not Mode.OFF:
             self._remember(pod.metadata.uid, demand, policy)
-        chosen = decision.chosen
         if (
             policy.mode is Mode.ENFORCE
-            and chosen is not None
             and demand.wants_hugepages
-            and self.state.reserve(pod.metadata.uid, chosen, demand, policy.reservation_timeout_seconds)
+            and self.state.reserve(pod.metadata.uid, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
         ):
             self.metrics.reservations.labels("filter").inc()
         return web.Response(body=render_filter(args, decision), content_type=JSON)

@@ -130,3 +130,17 @@ def test_a_bad_object_leaves_the_state_whole(state: ClusterState) -> None:
     with pytest.raises(QuantityError):
         state.replace([make_node("z", hugepages="plenty")], [])
     assert state.accounts == before
+
+
+def test_a_hold_on_several_nodes_counts_on_each_until_the_pod_is_seen_bound(state: ClusterState) -> None:
+    demand = PodDemand(GiB, 100)
+    assert state.reserve("u", ["a", "b", "a"], demand, 30)
+    assert state.accounts["a"].pending_bytes == state.accounts["b"].pending_bytes == GiB
+    state.reserve("u", "b", demand, 30)  # the bind names the node: the hold narrows to it
+    assert state.accounts["a"].pending_bytes == 0
+    assert state.accounts["b"].pending_bytes == GiB
+    state.reserve("v", ["a", "b"], demand, 30)
+    state.apply_pod(make_pod("v", uid="v", hugepages="1Gi", node="a", phase="Pending"))
+    assert state.accounts["a"].pending_bytes == 0
+    assert state.accounts["b"].pending_bytes == GiB  # only u's hold is left
+    assert state.inflight_count == 1

@@ -152,6 +152,19 @@ async def test_a_single_survivor_is_held_in_flight_once(client: Client, state: C
     assert state.inflight_count == 1
 
 
+async def test_a_few_survivors_each_hold_the_need_until_the_pod_is_seen(
+    aiohttp_client: ClientFactory, state: ClusterState
+) -> None:
+    config = build_config({"defaults": {"mode": "enforce", "sampleSize": 3}}, {})
+    client = await aiohttp_client(create_app(Extender(config, state, Metrics(), rng=random.Random(1))))
+    status, result = await post(client, "filter", args(names=["roomy", "plain", "full"]))
+    assert status == 200
+    assert sorted(result["NodeNames"]) == ["plain", "roomy"]
+    assert state.accounts["roomy"].pending_bytes == 1 << 30
+    assert state.accounts["plain"].pending_bytes == 1 << 30
+    assert state.inflight_count == 1
+
+
 async def test_not_ready_answers_an_error_never_every_node(aiohttp_client: ClientFactory, extender: Extender) -> None:
     extender.state = ClusterState(extender.config)
     client = await aiohttp_client(create_app(extender))
