@@ -1,4 +1,4 @@
-"""The ``hugepage-extender`` command: ``serve`` and ``explain``."""
+"""The ``hugepage-extender`` command: ``serve``, ``explain`` and ``replay``."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from extender.kube.informer import ClusterInformer
 from extender.metrics import Metrics
 from extender.objects import Pod
 from extender.quantity import QuantityError
+from extender.replay import add_parser as add_replay_parser
 from extender.server import Extender, create_app, create_probe_app, serve_until_stopped
 from extender.snapshot import SnapshotError, load_snapshot
 from extender.tls import TLSConfigError, server_ssl_context
@@ -193,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--nodes", help="comma-separated candidate nodes (default: every node)")
     exp.add_argument("--output", choices=("table", "json"), default="table")
     exp.set_defaults(run=_explain)
+    add_replay_parser(commands)
     return parser
 
 

@@ -114,17 +114,19 @@ def filter_nodes(
         return FilterDecision(passed=list(candidates))
 
     need = demand.hugepage_bytes
+    room = headroom if headroom is not None else _HeadroomOf(accounts)
     if policy.mode is Mode.SHADOW:
-        verdicts = [fits(_account(accounts, name), need) for name in candidates]
+        room_of = room.get
+        would_reject = [n for n in candidates if need > room_of(n, UNBOUNDED)]
+        exceeds_pool = sum(1 for n in would_reject if fits(_account(accounts, n), need) is Fit.EXCEEDS_POOL)
         return FilterDecision(
             passed=list(candidates),
             outcome=Outcome.SHADOW,
-            insufficient=verdicts.count(Fit.INSUFFICIENT),
-            exceeds_pool=verdicts.count(Fit.EXCEEDS_POOL),
+            insufficient=len(would_reject) - exceeds_pool,
+            exceeds_pool=exceeds_pool,
             examined=len(candidates),
         )
 
-    room = headroom if headroom is not None else _HeadroomOf(accounts)
     examined: set[str] = set()
 
     def admits(name: str) -> bool:

@@ -20,7 +20,7 @@ class Widening(StrEnum):
 
     NONE = "none"  # sample K, keep those that fit; an empty sample fails the pod
     RESAMPLE = "resample"  # one more round of K draws after an empty first round
-    FULLSCAN = "fullscan"  # after an empty first round, keep drawing until one fits
+    FULLSCAN = "fullscan"  # after an empty first round, keep drawing until K fit or none are left
     DRAW_UNTIL_K = "drawUntilK"  # rejected draws never count: draw until K fit
 
 

@@ -103,7 +103,9 @@ class Extender:
             headroom=self.state.headroom,
         )
         self._observe(pod, policy, decision, demand, len(args.node_names))
-        if demand.wants_hugepages and policy.mode is not Mode.OFF:
+        if demand.wants_hugepages:
+            # Every mode: a pod placed in an off namespace still takes pages that
+            # enforcing namespaces must see in flight once bind names its node.
             self._remember(pod.metadata.uid, demand, policy)
         if (
             policy.mode is Mode.ENFORCE

@@ -77,11 +77,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--variants",
         help="comma-separated variants instead of the default matrix, e.g. off,enforce:fullscan:k3:inflight=bind"
-        " (grammar: mode[:widening][:kN][:inflight=none|filter|bind][:ns=NAME][:R=x])",
+        " (grammar: mode[:widening][:kN][:inflight=none|filter|bind|bind-all][:ns=NAME][:R=x])",
     )
     parser.add_argument("--blind", choices=[b.value for b in Blind], default=Blind.LEAST_CPU.value)
     parser.add_argument(
-        "--scale-nodes", type=_non_negative_int, help="nodes for the widening cost measurement (0 skips it; default 5000)"
+        "--scale-nodes",
+        type=_non_negative_int,
+        help="nodes for the widening cost measurement (0 skips it; default 5000)",
     )
     parser.add_argument("--scale-repetitions", type=_positive_int, help="decisions per row of that measurement")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

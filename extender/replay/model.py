@@ -6,7 +6,7 @@ the scenario loader builds them, the report prints them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TypeVar
 
@@ -27,7 +27,8 @@ class InFlight(StrEnum):
 
     NONE = "none"  # never reserved: the extender sees the pod only when the node reports it
     FILTER = "filter"  # as server.py does: reserved when an enforcing filter leaves exactly one node
-    BIND = "bind"  # the extender is the binder: every placement is reserved when its node is picked
+    BIND = "bind"  # the extender binds (serve --enable-bind): a pick is reserved unless the pod's mode is off
+    BIND_ALL = "bind-all"  # as bind, and pods in mode off reserved too (server.py does not, today)
 
 
 class Blind(StrEnum):
@@ -109,7 +110,7 @@ def _ratio(value: str, spec: str) -> float:
 
 
 def parse_variant(spec: str) -> Variant:
-    """``mode[:widening][:kN][:inflight=none|filter|bind][:ns=NAME][:R=x]``, e.g. ``enforce:fullscan:k3``.
+    """``mode[:widening][:kN][:inflight=none|filter|bind|bind-all][:ns=NAME][:R=x]``, e.g. ``enforce:fullscan:k3``.
 
     Anything left out takes the extender's current default (fullscan, K = 3,
     in-flight reservations as the server makes them, R = 4).
@@ -125,7 +126,7 @@ def parse_variant(spec: str) -> Variant:
         if eq and key == "inflight":
             inflight = _enum_value(InFlight, value)
             if inflight is None:
-                raise ReplayError(f"variant {spec!r}: inflight must be none, filter or bind, got {value!r}")
+                raise ReplayError(f"variant {spec!r}: inflight must be none, filter, bind or bind-all, got {value!r}")
             variant = replace(variant, inflight=inflight)
         elif eq and key == "ns" and value:
             variant = replace(variant, namespace=value)
@@ -138,7 +139,7 @@ def parse_variant(spec: str) -> Variant:
         else:
             raise ReplayError(
                 f"variant {spec!r}: unknown token {token!r} "
-                "(expected a widening, kN, inflight=none|filter|bind, ns=NAME or R=x)"
+                "(expected a widening, kN, inflight=none|filter|bind|bind-all, ns=NAME or R=x)"
             )
     return variant
 
@@ -240,7 +241,7 @@ class ReplaySettings:
     blind: Blind = Blind.LEAST_CPU
     scale: ScaleSettings | None = ScaleSettings()
     command: str = ""  # how the run was started, for the report
-    label: str = field(default="replay")
+    label: str = "replay"  # the progress bar's prefix
 
     @property
     def variants(self) -> tuple[Variant, ...]:

@@ -12,20 +12,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib.axes import Axes
+from matplotlib.axis import XAxis, YAxis
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from extender.replay.summary import Summary, VariantSummary
 
 DPI = 90
-FAILURE_FIGURE = "failure_rate.png"
-LATENCY_FIGURE = "decision_latency.png"
-UTILISATION_FIGURE = "utilisation.png"
-SCALE_FIGURE = "widening_cost_5000_nodes.png"
 
 
 def _percent(value: float | None) -> float:
     return math.nan if value is None else 100 * value
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def _x_axis(ax: Axes, summary: Summary) -> None:
@@ -45,6 +47,17 @@ def _panels(count: int, *, width: float = 6.4, height: float = 3.8) -> tuple[Fig
     figure = Figure(figsize=(width * columns, height * rows), layout="constrained")
     axes = [figure.add_subplot(rows, columns, i + 1) for i in range(count)]
     return figure, axes
+
+
+def _plain_log_ticks(axis: XAxis | YAxis) -> None:
+    """Log-scale ticks as plain numbers (1, 10, 100, 1,000), not powers of ten, and no minor labels."""
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}" if value >= 1 else f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _save(figure: Figure, path: Path) -> None:
+    # Reports get committed: Pillow's optimiser keeps each figure near 100 KB.
+    figure.savefig(path, dpi=DPI, pil_kwargs={"optimize": True})
 
 
 def _title(ax: Axes, text: str) -> None:
@@ -76,7 +89,7 @@ def plot_failure_rates(summary: Summary, path: Path) -> None:
         ]
         ax.legend(handles=handles + style, fontsize=7, loc="upper left")
     figure.suptitle(f"Failure rate by ladder step (seed {summary.seed})")
-    figure.savefig(path, dpi=DPI)
+    _save(figure, path)
 
 
 def plot_latency(summary: Summary, path: Path) -> None:
@@ -92,11 +105,12 @@ def plot_latency(summary: Summary, path: Path) -> None:
     ax.set_yticks(positions, [v.name for v in variants], fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
+    _plain_log_ticks(ax.xaxis)
     ax.set_xlabel("decision time per pod (µs, log scale): filter + prioritize, wall clock")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="lower right")
     ax.set_title(f"Decision latency, {summary.scenario.node_count} nodes", fontsize=10)
-    figure.savefig(path, dpi=DPI)
+    _save(figure, path)
 
 
 def plot_utilisation(summary: Summary, path: Path) -> None:
@@ -105,20 +119,20 @@ def plot_utilisation(summary: Summary, path: Path) -> None:
     figure, (used_ax, cv_ax) = _panels(2)
     levels = summary.scenario.levels
     for index, variant in enumerate(_variants(summary, names)):
-        style = {"color": f"C{index % 10}", "marker": "o", "label": variant.name}
-        used_ax.plot(levels, [_percent(s.utilisation) for s in variant.steps], **style)  # type: ignore[arg-type]
-        cv_ax.plot(levels, [s.imbalance_cv for s in variant.steps], **style)  # type: ignore[arg-type]
+        colour = f"C{index % 10}"
+        used_ax.plot(levels, [_percent(s.utilisation) for s in variant.steps], "-o", color=colour, label=variant.name)
+        cv_ax.plot(levels, [_number(s.imbalance_cv) for s in variant.steps], "-o", color=colour, label=variant.name)
     for ax in (used_ax, cv_ax):
         _x_axis(ax, summary)
         ax.grid(alpha=0.3)
-    used_ax.set_ylabel("hugepage utilisation (% of usable pool, pods only)")
+    used_ax.set_ylabel("hugepage utilisation (%)")
     used_ax.set_ylim(0, 100)
     cv_ax.set_ylabel("imbalance: CV of per-node used fraction")
     cv_ax.set_ylim(bottom=0)
-    _title(used_ax, "Utilisation (time average over the step)")
+    _title(used_ax, "Pods' hugepages over the usable pool (pool minus outside usage), time average")
     _title(cv_ax, "Imbalance across nodes (lower is more even)")
     used_ax.legend(fontsize=7, loc="upper left")
-    figure.savefig(path, dpi=DPI)
+    _save(figure, path)
 
 
 def plot_scale(summary: Summary, path: Path) -> None:
@@ -129,31 +143,22 @@ def plot_scale(summary: Summary, path: Path) -> None:
     fractions = list(dict.fromkeys(r.fitting_fraction for r in scale.rows))
     strategies = list(dict.fromkeys(r.strategy for r in scale.rows))
     labels = [f"{100 * f:g}%" if f else "0% (full)" for f in fractions]
-    figure, (time_ax, examined_ax) = _panels(2)
+    figure, (time_ax, examined_ax) = _panels(2, height=4.4)
     for index, strategy in enumerate(strategies):
         rows = {r.fitting_fraction: r for r in scale.rows if r.strategy == strategy}
-        style = {"color": f"C{index % 10}", "marker": "o", "label": strategy}
-        time_ax.plot(labels, [rows[f].timing.p50_us for f in fractions], **style)  # type: ignore[arg-type]
-        examined_ax.plot(labels, [rows[f].examined_mean for f in fractions], **style)  # type: ignore[arg-type]
+        colour = f"C{index % 10}"
+        time_ax.plot(labels, [rows[f].timing.p50_us for f in fractions], "-o", color=colour, label=strategy)
+        examined_ax.plot(labels, [rows[f].examined_mean for f in fractions], "-o", color=colour, label=strategy)
     for ax in (time_ax, examined_ax):
         ax.set_yscale("log")
+        _plain_log_ticks(ax.yaxis)
         ax.set_xlabel("nodes that can hold the pod (share of the cluster)")
         ax.grid(alpha=0.3)
     time_ax.set_ylabel("decision time, p50 (µs, log scale)")
     examined_ax.set_ylabel("nodes examined per decision (mean, log scale)")
     _title(time_ax, f"Cost of each strategy at {scale.node_count} nodes (8 GiB pod)")
     _title(examined_ax, "Fit checks per decision")
-    time_ax.legend(fontsize=7, loc="upper left")
-    figure.savefig(path, dpi=DPI)
-
-
-def draw_all(summary: Summary, out: Path) -> list[str]:
-    """Every figure into ``out``; returns the file names written."""
-    plot_failure_rates(summary, out / FAILURE_FIGURE)
-    plot_latency(summary, out / LATENCY_FIGURE)
-    plot_utilisation(summary, out / UTILISATION_FIGURE)
-    written = [FAILURE_FIGURE, LATENCY_FIGURE, UTILISATION_FIGURE]
-    if summary.scale is not None:
-        plot_scale(summary, out / SCALE_FIGURE)
-        written.append(SCALE_FIGURE)
-    return written
+    # Below both panels: inside, the legend would hide the lines it names.
+    handles, names = time_ax.get_legend_handles_labels()
+    figure.legend(handles, names, loc="outside lower center", ncols=3, fontsize=8)
+    _save(figure, path)

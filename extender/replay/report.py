@@ -7,11 +7,14 @@ from pathlib import Path
 
 import msgspec
 
-from extender.replay.plots import FAILURE_FIGURE, LATENCY_FIGURE, SCALE_FIGURE, UTILISATION_FIGURE, draw_all
 from extender.replay.summary import StepSummary, Summary, VariantSummary
 
 REPORT_FILE = "report.md"
 SUMMARY_FILE = "summary.json"
+FAILURE_FIGURE = "failure_rate.png"
+LATENCY_FIGURE = "decision_latency.png"
+UTILISATION_FIGURE = "utilisation.png"
+SCALE_FIGURE = "widening_cost_5000_nodes.png"
 
 
 def _pct(value: float | None, digits: int = 1) -> str:
@@ -30,11 +33,11 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     """A Markdown table; the first column left-aligned, the others right-aligned."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines + [""]
+    return [*lines, ""]
 
 
 def _scenario(summary: Summary) -> list[str]:
-    s = summary.scenario
+    s, m = summary.scenario, summary.timing
     groups = ", ".join(
         f"{g.count} x {g.prefix} ({g.pool_gib:g} GiB pool, {g.cpus:g} CPUs, "
         f"{g.outside_gib_range[0]:g}-{g.outside_gib_range[1]:g} GiB used outside pods)"
@@ -50,6 +53,9 @@ def _scenario(summary: Summary) -> list[str]:
         f" room for about {s.usable_pool_gib / s.mean_need_gib:,.0f} average pods ({s.mean_need_gib:g} GiB each).",
         f"- Workload: {s.workload}; steps {steps} ({s.step_seconds:g} simulated s each).",
         "- Pod mix (VM-backed: memory request, hugepage need derived from it): " + "; ".join(s.mix) + ".",
+        f"- Decision times measured on {m.cpus} CPUs, 1-minute load average {m.load_average_start:g} at the"
+        f" start and {m.load_average_end:g} at the end (other work on the machine inflates them, p99 most)."
+        f" Run time {m.wall_seconds:.0f} s.",
         f"- Placement takes {s.placement_delay_seconds:g} s on average (0.5-1.5x); a client whose pod failed asks"
         f" again after {s.retry_backoff_seconds:g} s; reservations time out after"
         f" {s.reservation_timeout_seconds:g} s.",
@@ -187,10 +193,9 @@ def _cpu(summary: Summary) -> list[str]:
             f"`{v.name}`",
             str(v.total.failed_native_cpu),
             _pct(v.steps[-1].cpu_utilisation),
-            _pct(v.total.cpu_dominant_share),
+            _pct(v.total.cpu_dominant_share) if v.mode == "enforce" else "n/a (no ranking)",
         ]
         for v in summary.variants
-        if v.mode == "enforce"
     ]
     return [
         "## CPU",
@@ -237,12 +242,13 @@ DEFINITIONS = [
     "- **failed at the decision**: the extender's filter left no node; the pod fails fast (in Kubernetes it"
     " stays Pending and is retried). **False** ones: rejected although some node could have held it, counting"
     " everything already on its way to nodes.",
-    "- **in-flight**: `filter` is what server.py does (reserve only when an enforcing filter leaves exactly"
-    " one node), `bind` reserves every placement at pick time (the extender as binder), `none` never reserves.",
+    "- **in-flight**: `filter` is server.py without the bind verb (it reserves only when an enforcing filter"
+    " leaves exactly one node); `bind` adds the bind verb's reservation (serve --enable-bind), made at pick"
+    " time for every pod in shadow or enforce mode; `bind-all` also for pods in mode off (server.py does not);"
+    " `none` never reserves.",
     "- **utilisation**: pages of running pods over usable pages (pool minus outside usage), time-averaged;"
     " **CV**: coefficient of variation of per-node used fraction (outside + pods over pool).",
-    "- Decision latency is wall clock on the machine that ran the replay; every other figure depends only on"
-    " the seed.",
+    "- Decision latency is wall clock on the machine that ran the replay; every other figure depends only on the seed.",
     "",
 ]
 
@@ -278,8 +284,20 @@ def summary_json(summary: Summary) -> bytes:
 
 def write_report(summary: Summary, out: Path) -> list[Path]:
     """report.md, summary.json and the figures into ``out``; returns the paths written."""
+    # matplotlib is imported here, not at module level: `hugepage-extender serve`
+    # imports this package through the CLI and should neither need nor load it.
+    from extender.replay import plots  # noqa: PLC0415
+
     out.mkdir(parents=True, exist_ok=True)
-    figures = draw_all(summary, out)
+    figures = {
+        FAILURE_FIGURE: plots.plot_failure_rates,
+        LATENCY_FIGURE: plots.plot_latency,
+        UTILISATION_FIGURE: plots.plot_utilisation,
+    }
+    if summary.scale is not None:
+        figures[SCALE_FIGURE] = plots.plot_scale
+    for name, draw in figures.items():
+        draw(summary, out / name)
     (out / SUMMARY_FILE).write_bytes(summary_json(summary))
     (out / REPORT_FILE).write_text(render_markdown(summary))
-    return [out / REPORT_FILE, out / SUMMARY_FILE, *(out / f for f in figures)]
+    return [out / REPORT_FILE, out / SUMMARY_FILE, *(out / name for name in figures)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TextIO
@@ -12,7 +13,7 @@ from extender.replay.report import write_report
 from extender.replay.scale import measure_widening_cost
 from extender.replay.scenario import full_scenario, quick_scenario
 from extender.replay.simulate import run_variant, step_count
-from extender.replay.summary import Summary, summarise
+from extender.replay.summary import MachineTiming, Summary, summarise
 
 # The extender's server as it ships: best-of-K with in-flight reservations made by the filter.
 SERVER_AS_IS = "enforce:fullscan:k3"
@@ -49,7 +50,13 @@ def default_groups() -> tuple[VariantGroup, ...]:
         ),
         group(
             "Flag scope: only namespace vm enforces, batch runs off",
-            ["off", f"{SERVER_AS_IS}:ns=vm", f"{WITH_BIND}:ns=vm", WITH_BIND],
+            [
+                "off",
+                f"{SERVER_AS_IS}:ns=vm",
+                f"{WITH_BIND}:ns=vm",
+                f"{SERVER_AS_IS}:inflight=bind-all:ns=vm",
+                WITH_BIND,
+            ],
         ),
         group("CPU over-commit R in the score (fullscan K=3, bind)", [WITH_BIND, f"{WITH_BIND}:R=1"]),
     )
@@ -85,6 +92,7 @@ def run_replay(
     ``progress_stream`` (e.g. sys.stderr) receives a progress bar.
     """
     progress = Progress(_work_units(settings), progress_stream, settings.label)
+    load_at_start = os.getloadavg()[0]
     started = time.perf_counter()
     runs = []
     for variant in settings.variants:
@@ -96,7 +104,13 @@ def run_replay(
     if settings.scale is not None:
         progress.describe(f"widening cost at {settings.scale.node_count} nodes")
         scale_rows = measure_widening_cost(settings.scale, settings.seed, tick=progress.advance)
-    summary = summarise(settings, runs, scale_rows, time.perf_counter() - started)
+    machine = MachineTiming(
+        wall_seconds=round(time.perf_counter() - started, 3),
+        cpus=os.cpu_count() or 1,
+        load_average_start=round(load_at_start, 2),
+        load_average_end=round(os.getloadavg()[0], 2),
+    )
+    summary = summarise(settings, runs, scale_rows, machine)
     if out is not None:
         progress.describe(f"writing the report to {out}")
         write_report(summary, out)

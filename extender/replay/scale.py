@@ -10,15 +10,15 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from extender.cluster import ClusterState
 from extender.config import Config
-from extender.decision import Reasons, filter_nodes, prioritize_nodes
+from extender.decision import FilterDecision, Reasons
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, Widening
 from extender.replay.model import GIB, PAGE_SIZE_BYTES, RESOURCE_NAME, ScaleSettings
-from extender.replay.simulate import NodeSpec, node_object
+from extender.replay.simulate import NodeSpec, decide, node_object, prioritize
 from extender.replay.tally import percentile
 
 NEED_BYTES = 8 * GIB
@@ -26,6 +26,7 @@ POOL_BYTES = 64 * GIB
 # A full node keeps 4 GiB free: less than the need, so the filter rejects it,
 # but not zero, so it takes the "insufficient" path rather than the short cut.
 FULL_NODE_FREE_BYTES = 4 * GIB
+REASONS = Reasons.for_resource(RESOURCE_NAME)
 
 STRATEGIES: tuple[tuple[str, Policy], ...] = (
     ("shadow (every node checked, none removed)", Policy(mode=Mode.SHADOW)),
@@ -62,42 +63,54 @@ def nearly_full_cluster(node_count: int, fitting: int, seed: int) -> ClusterStat
     return state
 
 
-def time_strategy(state: ClusterState, policy: Policy, repetitions: int, seed: int) -> tuple[list[float], int, int]:
-    """Per-decision seconds, nodes examined in all, and decisions that left no node."""
+@dataclass(slots=True)
+class _Observed:
+    seconds: list[float] = field(default_factory=list)
+    examined: int = 0
+    no_node: int = 0
+
+
+def timed_decision(
+    state: ClusterState, names: list[str], policy: Policy, rng: random.Random
+) -> tuple[float, FilterDecision]:
+    """One decision as the scheduler would ask for it: filter, then prioritize if several nodes pass."""
     demand = PodDemand(hugepage_bytes=NEED_BYTES, cpu_millis=1000)
-    names = sorted(state.accounts)
-    reasons = Reasons.for_resource(RESOURCE_NAME)
-    rng = random.Random(f"{seed}/scale-draws")
-    seconds: list[float] = []
-    examined = empty = 0
-    for _ in range(repetitions):
-        started = time.perf_counter()
-        decision = filter_nodes(demand, names, accounts=state.accounts, policy=policy, reasons=reasons, rng=rng)
-        if len(decision.passed) > 1:
-            prioritize_nodes(demand, decision.passed, accounts=state.accounts, policy=policy)
-        seconds.append(time.perf_counter() - started)
-        examined += decision.examined
-        empty += not decision.passed
-    return seconds, examined, empty
+    started = time.perf_counter()
+    decision = decide(state, demand, names, policy, reasons=REASONS, rng=rng)
+    if len(decision.passed) > 1:
+        prioritize(state, demand, decision.passed, policy)
+    return time.perf_counter() - started, decision
 
 
-def measure_widening_cost(settings: ScaleSettings, seed: int, tick: Callable[[], None] = lambda: None) -> list[ScaleRow]:
+def measure_widening_cost(
+    settings: ScaleSettings, seed: int, tick: Callable[[], None] = lambda: None
+) -> list[ScaleRow]:
     rows = []
     for fraction in settings.fitting_fractions:
         fitting = round(settings.node_count * fraction)
         state = nearly_full_cluster(settings.node_count, fitting, seed)
-        for label, policy in STRATEGIES:
-            seconds, examined, empty = time_strategy(state, policy, settings.repetitions, seed)
-            rows.append(
-                ScaleRow(
-                    strategy=label,
-                    fitting_fraction=fraction,
-                    fitting_nodes=fitting,
-                    examined_mean=examined / settings.repetitions,
-                    no_node_share=empty / settings.repetitions,
-                    p50_seconds=percentile(seconds, 50) or 0.0,
-                    p99_seconds=percentile(seconds, 99) or 0.0,
-                )
+        names = sorted(state.accounts)
+        rngs = [random.Random(f"{seed}/scale-draws/{label}") for label, _ in STRATEGIES]
+        observed = [_Observed() for _ in STRATEGIES]
+        # Round robin over the strategies: a burst of other load on the machine
+        # then slows every strategy alike instead of skewing one row.
+        for _ in range(settings.repetitions):
+            for (_, policy), rng, seen in zip(STRATEGIES, rngs, observed, strict=True):
+                seconds, decision = timed_decision(state, names, policy, rng)
+                seen.seconds.append(seconds)
+                seen.examined += decision.examined
+                seen.no_node += not decision.passed
+        rows += [
+            ScaleRow(
+                strategy=label,
+                fitting_fraction=fraction,
+                fitting_nodes=fitting,
+                examined_mean=seen.examined / settings.repetitions,
+                no_node_share=seen.no_node / settings.repetitions,
+                p50_seconds=percentile(seen.seconds, 50) or 0.0,
+                p99_seconds=percentile(seen.seconds, 99) or 0.0,
             )
+            for (label, _), seen in zip(STRATEGIES, observed, strict=True)
+        ]
         tick()
     return rows

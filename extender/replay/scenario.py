@@ -82,11 +82,11 @@ def quick_scenario() -> Scenario:
 
 
 def full_scenario() -> Scenario:
-    """96 nodes (about 390 average pods of room); 40..640 pods in flight, 10 simulated minutes a step."""
+    """192 nodes (about 800 average pods of room); 80..1280 pods in flight, 15 simulated minutes a step."""
     return Scenario(
-        nodes=_cluster(4),
+        nodes=_cluster(8),
         mix=vm_mix(NAMESPACES, lifetime_seconds=120.0),
-        workload=Ladder(levels=(40, 80, 160, 320, 640), step_seconds=600.0),
+        workload=Ladder(levels=(80, 160, 320, 640, 1280), step_seconds=900.0),
     )
 
 
@@ -114,11 +114,14 @@ class _LadderFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     step_seconds: _Positive
 
 
+_DEFAULT_TIMING = Timing()
+
+
 class _TimingFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
-    placement_delay_seconds: Annotated[float, msgspec.Meta(ge=0)] = Timing.placement_delay_seconds
-    retry_backoff_seconds: Annotated[float, msgspec.Meta(ge=0)] = Timing.retry_backoff_seconds
-    sample_interval_seconds: _Positive = Timing.sample_interval_seconds
-    reservation_timeout_seconds: _Positive = Timing.reservation_timeout_seconds
+    placement_delay_seconds: Annotated[float, msgspec.Meta(ge=0)] = _DEFAULT_TIMING.placement_delay_seconds
+    retry_backoff_seconds: Annotated[float, msgspec.Meta(ge=0)] = _DEFAULT_TIMING.retry_backoff_seconds
+    sample_interval_seconds: _Positive = _DEFAULT_TIMING.sample_interval_seconds
+    reservation_timeout_seconds: _Positive = _DEFAULT_TIMING.reservation_timeout_seconds
 
 
 class _ScenarioFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):

@@ -28,7 +28,7 @@ from enum import Enum, auto
 from extender.capacity import NO_POOL_ACCOUNT, fits, hugepages_for
 from extender.cluster import RESERVED_ANNOTATION_PREFIX, ClusterState
 from extender.config import Config
-from extender.decision import Reasons, filter_nodes, prioritize_nodes
+from extender.decision import FilterDecision, Reasons, filter_nodes, prioritize_nodes
 from extender.objects import Container, Node, NodeStatus, ObjectMeta, Pod, PodSpec, PodStatus, ResourceRequirements
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
@@ -207,7 +207,7 @@ def pod_object(plan: PodPlan, node: str | None = None) -> Pod:
 # -- the run ------------------------------------------------------------------
 
 
-class Kind(Enum):
+class EventKind(Enum):
     REQUEST = auto()  # a trace arrival: request this plan
     WAKE = auto()  # a ladder client asks for its next pod
     LAND = auto()  # a placement reaches its node
@@ -286,7 +286,7 @@ class Replay:
         self.end = self.step_length * len(self.steps)
         self.namespaces: defaultdict[str, OutcomeTally] = defaultdict(OutcomeTally)
         self.placements: list[str] = []
-        self.events: list[tuple[float, int, Kind, Payload]] = []
+        self.events: list[tuple[float, int, EventKind, Payload]] = []
         self.sequence = 0
         self.clients: list[Client] = []
         self.idle_clients: set[int] = set()
@@ -294,18 +294,18 @@ class Replay:
 
     # -- events ---------------------------------------------------------------
 
-    def push(self, at: float, kind: Kind, payload: Payload = None) -> None:
+    def push(self, at: float, kind: EventKind, payload: Payload = None) -> None:
         self.sequence += 1  # ties resolve in the order events were made
         heapq.heappush(self.events, (at, self.sequence, kind, payload))
 
     def run(self) -> VariantRun:
         started = time.perf_counter()
         self.schedule_workload()
-        self.push(0.0, Kind.SAMPLE)
+        self.push(0.0, EventKind.SAMPLE)
         while self.events:
             at, _, kind, payload = heapq.heappop(self.events)
             # Past the end only pending placements still resolve; nothing new starts.
-            if at >= self.end and kind is not Kind.LAND:
+            if at >= self.end and kind is not EventKind.LAND:
                 continue
             self.now = at
             self.dispatch(kind, payload)
@@ -314,28 +314,28 @@ class Replay:
         run.wall_seconds = time.perf_counter() - started
         return run
 
-    def dispatch(self, kind: Kind, payload: Payload) -> None:
-        if kind is Kind.REQUEST and isinstance(payload, PodPlan):
+    def dispatch(self, kind: EventKind, payload: Payload) -> None:
+        if kind is EventKind.REQUEST and isinstance(payload, PodPlan):
             self.request(payload)
-        elif kind is Kind.WAKE and isinstance(payload, int):
+        elif kind is EventKind.WAKE and isinstance(payload, int):
             self.wake(payload)
-        elif kind is Kind.LAND and isinstance(payload, Flight):
+        elif kind is EventKind.LAND and isinstance(payload, Flight):
             self.land(payload)
-        elif kind is Kind.DEPART and isinstance(payload, Flight):
+        elif kind is EventKind.DEPART and isinstance(payload, Flight):
             self.depart(payload)
-        elif kind is Kind.STEP and isinstance(payload, int):
+        elif kind is EventKind.STEP and isinstance(payload, int):
             self.start_step(payload)
-        elif kind is Kind.SAMPLE:
+        elif kind is EventKind.SAMPLE:
             self.sample()
 
     def schedule_workload(self) -> None:
         workload = self.scenario.workload
         if isinstance(workload, Ladder):
             for index in range(len(workload.levels)):
-                self.push(index * workload.step_seconds, Kind.STEP, index)
+                self.push(index * workload.step_seconds, EventKind.STEP, index)
         else:
             for at, plan in trace_plans(workload, self.scenario.timing.placement_delay_seconds, self.seed):
-                self.push(at, Kind.REQUEST, plan)
+                self.push(at, EventKind.REQUEST, plan)
 
     def step_at(self, at: float) -> int:
         return min(int(at // self.step_length), len(self.steps) - 1)
@@ -356,9 +356,9 @@ class Replay:
             self.clients.append(client)
             self.idle_clients.add(client.index)
         starting = sorted(c for c in self.idle_clients if c < level)
-        for position, index in enumerate(starting):
-            self.idle_clients.discard(index)
-            self.push(self.now + STEP_RAMP_SECONDS * position / len(starting), Kind.WAKE, index)
+        for position, client_index in enumerate(starting):
+            self.idle_clients.discard(client_index)
+            self.push(self.now + STEP_RAMP_SECONDS * position / len(starting), EventKind.WAKE, client_index)
 
     def wake(self, index: int) -> None:
         if index >= self.level():
@@ -368,7 +368,7 @@ class Replay:
 
     def retry(self, plan: PodPlan, at: float) -> None:
         if plan.client is not None:
-            self.push(at + self.scenario.timing.retry_backoff_seconds, Kind.WAKE, plan.client)
+            self.push(at + self.scenario.timing.retry_backoff_seconds, EventKind.WAKE, plan.client)
 
     # -- a pod's life ---------------------------------------------------------
 
@@ -394,16 +394,10 @@ class Replay:
         policy = self.config.policy_for(plan.namespace)
         started = time.perf_counter()
         self.state.expire_reservations()  # as the server does before each filter
-        decision = filter_nodes(
-            demand, candidates, accounts=self.state.accounts, policy=policy, reasons=self.reasons, rng=self.sample_rng
-        )
+        decision = decide(self.state, demand, candidates, policy, reasons=self.reasons, rng=self.sample_rng)
         passed = decision.passed
         # kube-scheduler calls prioritize only when more than one node is left.
-        scores = (
-            prioritize_nodes(demand, passed, accounts=self.state.accounts, policy=policy)
-            if len(passed) > 1
-            else [(n, 0) for n in passed]
-        )
+        scores = prioritize(self.state, demand, passed, policy) if len(passed) > 1 else [(n, 0) for n in passed]
         step.decision_seconds.append(time.perf_counter() - started)
         step.widened += decision.widened
 
@@ -426,7 +420,7 @@ class Replay:
             self.state.reserve(plan.uid, node, demand, policy.reservation_timeout_seconds)
         self.truth.assumed_cpu[node] += demand.cpu_millis
         self.truth.arriving_pages[node] += need_pages
-        self.push(self.now + plan.delay_seconds, Kind.LAND, flight)
+        self.push(self.now + plan.delay_seconds, EventKind.LAND, flight)
 
     def pick(self, scores: list[tuple[str, int]], cpu_millis: int) -> str:
         """Highest extender score; then the blind scheduler's preference; then a random draw."""
@@ -454,12 +448,16 @@ class Replay:
         return not fits(self.state.accounts.get(node, NO_POOL_ACCOUNT), demand.hugepage_bytes).admits
 
     def reserves(self, policy: Policy, demand: PodDemand, chosen: str | None) -> bool:
-        if not demand.wants_hugepages:
+        """Whether server.py counts this placement in flight."""
+        if not demand.wants_hugepages or self.variant.inflight is InFlight.NONE:
             return False
-        if self.variant.inflight is InFlight.BIND:
-            return True
-        # server.py's Extender.filter: only an enforcing filter that leaves one node knows the pick.
-        return self.variant.inflight is InFlight.FILTER and policy.mode is Mode.ENFORCE and chosen is not None
+        # Extender.filter: only an enforcing filter that leaves one node knows the pick.
+        by_filter = policy.mode is Mode.ENFORCE and chosen is not None
+        # Extender.bind: every pod its filter saw outside mode off (bind-all: in mode off too).
+        by_bind = self.variant.inflight is InFlight.BIND_ALL or (
+            self.variant.inflight is InFlight.BIND and policy.mode is not Mode.OFF
+        )
+        return by_filter or by_bind
 
     def land(self, flight: Flight) -> None:
         """The node admits the pod if its real pool holds it now; the extender hears either way."""
@@ -484,7 +482,7 @@ class Replay:
         step.placed += 1
         namespace.placed += 1
         self.resolve(plan, node, "placed")
-        self.push(self.now + plan.lifetime_seconds, Kind.DEPART, flight)
+        self.push(self.now + plan.lifetime_seconds, EventKind.DEPART, flight)
 
     def depart(self, flight: Flight) -> None:
         plan, node = flight.plan, flight.node
@@ -492,7 +490,7 @@ class Replay:
         self.truth.assumed_cpu[node] -= plan.cpu_millis
         self.state.remove_pod(plan.uid)
         if plan.client is not None:
-            self.push(self.now, Kind.WAKE, plan.client)
+            self.push(self.now, EventKind.WAKE, plan.client)
 
     def resolve(self, plan: PodPlan, node: str, outcome: str) -> None:
         self.placements.append(f"{plan.uid} {node} {outcome}")
@@ -503,7 +501,29 @@ class Replay:
         step.utilisation.append(utilisation)
         step.imbalance.append(imbalance)
         step.cpu_utilisation.append(cpu)
-        self.push(self.now + self.scenario.timing.sample_interval_seconds, Kind.SAMPLE)
+        self.push(self.now + self.scenario.timing.sample_interval_seconds, EventKind.SAMPLE)
+
+
+def decide(
+    state: ClusterState,
+    demand: PodDemand,
+    candidates: Sequence[str],
+    policy: Policy,
+    *,
+    reasons: Reasons,
+    rng: random.Random,
+) -> FilterDecision:
+    """The filter verb's decision, with the arguments server.py passes."""
+    return filter_nodes(
+        demand, candidates, accounts=state.accounts, policy=policy, reasons=reasons, rng=rng, headroom=state.headroom
+    )
+
+
+def prioritize(
+    state: ClusterState, demand: PodDemand, candidates: Sequence[str], policy: Policy
+) -> list[tuple[str, int]]:
+    """The prioritize verb's scores, with the arguments server.py passes."""
+    return prioritize_nodes(demand, candidates, accounts=state.accounts, policy=policy, columns=state.columns)
 
 
 def run_variant(

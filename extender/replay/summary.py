@@ -6,7 +6,7 @@ runs with one seed are identical once those fields are dropped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from extender.replay.model import GIB, PAGE_SIZE_BYTES, Ladder, ReplaySettings, Scenario, Variant
 from extender.replay.scale import ScaleRow
@@ -80,6 +80,16 @@ class NamespaceSummary:
 @dataclass(frozen=True, slots=True)
 class RunTiming:
     wall_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class MachineTiming:
+    """The whole run's wall time, and how busy the machine was: decision times depend on it."""
+
+    wall_seconds: float
+    cpus: int
+    load_average_start: float  # 1-minute load average
+    load_average_end: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +173,7 @@ class Summary:
     groups: list[GroupSummary]
     variants: list[VariantSummary]
     scale: ScaleSummary | None
-    timing: RunTiming = field(default_factory=lambda: RunTiming(0.0))
+    timing: MachineTiming
 
     def variant(self, name: str) -> VariantSummary:
         return next(v for v in self.variants if v.name == name)
@@ -307,7 +317,7 @@ def summarise_scale(rows: list[ScaleRow], node_count: int, repetitions: int) -> 
 
 
 def summarise(
-    settings: ReplaySettings, runs: list[VariantRun], scale: list[ScaleRow] | None, wall_seconds: float
+    settings: ReplaySettings, runs: list[VariantRun], scale: list[ScaleRow] | None, machine: MachineTiming
 ) -> Summary:
     membership: dict[str, list[str]] = {}
     for group in settings.groups:
@@ -326,5 +336,5 @@ def summarise(
             if scale is not None and settings.scale is not None
             else None
         ),
-        timing=RunTiming(round(wall_seconds, 3)),
+        timing=machine,
     )
