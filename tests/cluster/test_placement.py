@@ -329,3 +329,33 @@ def test_extender_resumes_its_watch_after_an_apiserver_restart(cell: Cell) -> No
     _assert_no_pool_overcommitted(cell, nodes, {cell.namespace: True})
     assert metric_value(extender, "hugepage_extender_cached_pods") == cached
     print(f"apiserver back in {downtime:.1f}s; placed after it: {first}; extender caches {cached} pods")
+
+
+def test_failover_to_a_fresh_replica_mid_burst_overcommits_nothing(cell: Cell) -> None:
+    """What a failover does to placements in flight: the new replica starts with no holds, is not
+    ready (filter answers an error, the scheduler retries) until its first list, then sees every
+    placement the old one made as bound pods. Nothing is over-committed."""
+    vms = cell.new_namespace("vms")
+    nodes, slots = _burst_cluster(cell, vms)
+    config = {"namespaces": {cell.namespace: {"mode": "enforce"}, vms: {"mode": "enforce", "needFromMemory": True}}}
+    first = cell.extender(config)
+    scheduler = cell.scheduler(first, ignorable=False)
+    wait_extender_in_step(cell.plane, first)
+
+    burst = 210
+    names = [f"f-{i:03d}" for i in range(burst)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        before = pool.submit(cell.pods, names[: burst // 2], scheduler, namespace=vms, memory="128Mi")
+        time.sleep(0.3)  # the burst is under way when the replica goes
+        port = first.port
+        first.stop()
+        second = cell.extender(config, suffix="-b", port=port)  # the Service's other replica
+        before.result()
+        cell.pods(names[burst // 2 :], scheduler, namespace=vms, memory="128Mi")
+    wait_until(f"{slots} pods bound", lambda: _bound_in(cell, [vms], "f-") >= slots, timeout=120, interval=0.5)
+    time.sleep(4)  # the rest are retried meanwhile: none may fit
+    usage = pool_usage(cell.plane, nodes, {vms: True})
+    over = {node: (used // SLOT, pool // SLOT) for node, (used, pool) in usage.items() if used > pool}
+    assert not over, f"over-committed pools after a failover (slots held, slots offered): {over}"
+    assert _bound_in(cell, [vms], "f-") == slots
+    assert metric_value(second, "hugepage_extender_filter_outcomes_total", {"mode": "enforce", "outcome": "fit"}) > 0
