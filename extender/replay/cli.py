@@ -77,7 +77,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--variants",
         help="comma-separated variants instead of the default matrix, e.g. off,enforce:fullscan:k3:inflight=bind"
-        " (grammar: mode[:widening][:kN][:inflight=none|filter|bind|bind-all][:ns=NAME][:R=x])",
+        " (grammar: mode[:widening][:kN][:inflight=none|filter|bind][:ns=NAME][:R=x])",
     )
     parser.add_argument("--blind", choices=[b.value for b in Blind], default=Blind.LEAST_CPU.value)
     parser.add_argument(

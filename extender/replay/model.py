@@ -23,12 +23,18 @@ class ReplayError(ValueError):
 
 
 class InFlight(StrEnum):
-    """When the extender learns that a placement is on its way to a node."""
+    """Which of server.py's in-flight holds the extender makes (see ``simulate.Replay``)."""
 
-    NONE = "none"  # never reserved: the extender sees the pod only when the node reports it
-    FILTER = "filter"  # as server.py does: reserved when an enforcing filter leaves exactly one node
-    BIND = "bind"  # the extender binds (serve --enable-bind): a pick is reserved unless the pod's mode is off
-    BIND_ALL = "bind-all"  # as bind, and pods in mode off reserved too (server.py does not, today)
+    # No holds at all: server.py stripped of its in-flight accounting, for comparison.
+    # The extender sees a placement only when the node reports the pod.
+    NONE = "none"
+    # server.py without the bind verb: an enforcing filter holds the pod's need on
+    # ``FilterDecision.nodes_to_hold`` (every admitted node, when at most HOLD_LIMIT
+    # are admitted) until the pod shows up bound or the hold times out.
+    FILTER = "filter"
+    # server.py with the bind verb (serve --enable-bind): the filter's holds, then bind
+    # narrows the hold to the picked node, for pods of every mode with a hugepage need.
+    BIND = "bind"
 
 
 class Blind(StrEnum):
@@ -110,10 +116,10 @@ def _ratio(value: str, spec: str) -> float:
 
 
 def parse_variant(spec: str) -> Variant:
-    """``mode[:widening][:kN][:inflight=none|filter|bind|bind-all][:ns=NAME][:R=x]``, e.g. ``enforce:fullscan:k3``.
+    """``mode[:widening][:kN][:inflight=none|filter|bind][:ns=NAME][:R=x]``, e.g. ``enforce:fullscan:k3``.
 
     Anything left out takes the extender's current default (fullscan, K = 3,
-    in-flight reservations as the server makes them, R = 4).
+    the filter's in-flight holds as server.py makes them without the bind verb, R = 4).
     """
     tokens = spec.strip().split(":")
     mode = _enum_value(Mode, tokens[0])
@@ -126,7 +132,7 @@ def parse_variant(spec: str) -> Variant:
         if eq and key == "inflight":
             inflight = _enum_value(InFlight, value)
             if inflight is None:
-                raise ReplayError(f"variant {spec!r}: inflight must be none, filter, bind or bind-all, got {value!r}")
+                raise ReplayError(f"variant {spec!r}: inflight must be none, filter or bind, got {value!r}")
             variant = replace(variant, inflight=inflight)
         elif eq and key == "ns" and value:
             variant = replace(variant, namespace=value)
@@ -139,7 +145,7 @@ def parse_variant(spec: str) -> Variant:
         else:
             raise ReplayError(
                 f"variant {spec!r}: unknown token {token!r} "
-                "(expected a widening, kN, inflight=none|filter|bind|bind-all, ns=NAME or R=x)"
+                "(expected a widening, kN, inflight=none|filter|bind, ns=NAME or R=x)"
             )
     return variant
 

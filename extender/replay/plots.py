@@ -108,7 +108,7 @@ def plot_latency(summary: Summary, path: Path) -> None:
     _plain_log_ticks(ax.xaxis)
     ax.set_xlabel("decision time per pod (µs, log scale): filter + prioritize, wall clock")
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper right")  # beside off's short bars
     ax.set_title(f"Decision latency, {summary.scenario.node_count} nodes", fontsize=10)
     _save(figure, path)
 

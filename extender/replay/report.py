@@ -57,7 +57,7 @@ def _scenario(summary: Summary) -> list[str]:
         f" start and {m.load_average_end:g} at the end (other work on the machine inflates them, p99 most)."
         f" Run time {m.wall_seconds:.0f} s.",
         f"- Placement takes {s.placement_delay_seconds:g} s on average (0.5-1.5x); a client whose pod failed asks"
-        f" again after {s.retry_backoff_seconds:g} s; reservations time out after"
+        f" again after {s.retry_backoff_seconds:g} s; in-flight holds time out after"
         f" {s.reservation_timeout_seconds:g} s.",
         "",
     ]
@@ -103,7 +103,7 @@ def _overview(summary: Summary) -> list[str]:
         "## All variants, whole run",
         "",
         f"Counts over every step; `@{top:g}` columns are the last step. Latency is the wall-clock time of"
-        " the real filter + prioritize calls per pod.",
+        " the real filter (with its in-flight hold) + prioritize calls per pod.",
         "",
         *table(header, (_variant_row(v) for v in summary.variants)),
     ]
@@ -225,8 +225,9 @@ def _scale(summary: Summary) -> list[str]:
     return [
         f"## Widening cost at {scale.node_count:,} nodes",
         "",
-        f"Real filter (+ prioritize when more than one node passes) on a ClusterState of {scale.node_count:,}"
-        f" nodes where only a share can hold an 8 GiB pod; {scale.repetitions} decisions per row.",
+        "Real filter with its in-flight hold (+ prioritize when more than one node passes) on a ClusterState"
+        f" of {scale.node_count:,} nodes where only a share can hold an 8 GiB pod; {scale.repetitions} decisions"
+        " per row.",
         "",
         *table(["strategy", "nodes with room", "examined", "no node", "p50 µs", "p99 µs"], rows),
         f"![widening cost]({SCALE_FIGURE})",
@@ -242,10 +243,11 @@ DEFINITIONS = [
     "- **failed at the decision**: the extender's filter left no node; the pod fails fast (in Kubernetes it"
     " stays Pending and is retried). **False** ones: rejected although some node could have held it, counting"
     " everything already on its way to nodes.",
-    "- **in-flight**: `filter` is server.py without the bind verb (it reserves only when an enforcing filter"
-    " leaves exactly one node); `bind` adds the bind verb's reservation (serve --enable-bind), made at pick"
-    " time for every pod in shadow or enforce mode; `bind-all` also for pods in mode off (server.py does not);"
-    " `none` never reserves.",
+    "- **in-flight**: `filter` (the default) is server.py without the bind verb: an enforcing filter holds the"
+    " pod's need on every node it admits when it admits at most 16 (`FilterDecision.nodes_to_hold`; best-of-K"
+    " leaves K), until the pod shows up bound or the hold times out; `bind` is server.py with the bind verb"
+    " (serve --enable-bind): the same filter holds, then bind narrows the hold to the picked node, for pods of"
+    " every mode with a hugepage need; `none` is server.py stripped of in-flight accounting, for comparison.",
     "- **utilisation**: pages of running pods over usable pages (pool minus outside usage), time-averaged;"
     " **CV**: coefficient of variation of per-node used fraction (outside + pods over pool).",
     "- Decision latency is wall clock on the machine that ran the replay; every other figure depends only on the seed.",
@@ -257,7 +259,7 @@ def render_markdown(summary: Summary) -> str:
     lines = [
         "# Hugepage-fit replay",
         "",
-        "The extender's real filter, prioritize, ClusterState accounting and reservations, driven through a"
+        "The extender's real filter, prioritize, ClusterState accounting and in-flight holds, driven through a"
         " simulated cluster whose scheduler cannot see hugepages.",
         "",
         *_scenario(summary),

@@ -15,9 +15,12 @@ from extender.replay.scenario import full_scenario, quick_scenario
 from extender.replay.simulate import run_variant, step_count
 from extender.replay.summary import MachineTiming, Summary, summarise
 
-# The extender's server as it ships: best-of-K with in-flight reservations made by the filter.
+# server.py without the bind verb: best-of-K, the filter holding the need on every node it admits.
 SERVER_AS_IS = "enforce:fullscan:k3"
+# server.py with the bind verb (serve --enable-bind): the filter's holds, narrowed to the pick by bind.
 WITH_BIND = "enforce:fullscan:k3:inflight=bind"
+WIDENINGS = ("none", "resample", "fullscan", "drawUntilK")
+SAMPLE_SIZES = (1, 2, 3, 5, 0)
 
 
 def default_groups() -> tuple[VariantGroup, ...]:
@@ -28,17 +31,19 @@ def default_groups() -> tuple[VariantGroup, ...]:
 
     return (
         group("Rollout: off, shadow, enforce", ["off", "shadow", SERVER_AS_IS, WITH_BIND], plot_utilisation=True),
+        group("Widening at K=3, without the bind verb (filter holds)", [f"enforce:{w}:k3" for w in WIDENINGS]),
+        group("Widening at K=3, with the bind verb", [f"enforce:{w}:k3:inflight=bind" for w in WIDENINGS]),
         group(
-            "Widening at K=3 (in flight counted via bind)",
-            [f"enforce:{w}:k3:inflight=bind" for w in ("none", "resample", "fullscan", "drawUntilK")],
+            "Sample size K, fullscan, without the bind verb (filter holds; k0 = every node)",
+            [f"enforce:fullscan:k{k}" for k in SAMPLE_SIZES],
         ),
         group(
-            "Sample size K (fullscan, in flight counted via bind; k0 = every node)",
-            [f"enforce:fullscan:k{k}:inflight=bind" for k in (1, 2, 3, 5, 0)],
+            "Sample size K, fullscan, with the bind verb (k0 = every node)",
+            [f"enforce:fullscan:k{k}:inflight=bind" for k in SAMPLE_SIZES],
             plot_utilisation=True,
         ),
         group(
-            "In-flight accounting (fullscan)",
+            "In-flight accounting (fullscan): none, filter holds, filter holds + bind",
             [
                 "enforce:fullscan:k3:inflight=none",
                 SERVER_AS_IS,
@@ -50,13 +55,7 @@ def default_groups() -> tuple[VariantGroup, ...]:
         ),
         group(
             "Flag scope: only namespace vm enforces, batch runs off",
-            [
-                "off",
-                f"{SERVER_AS_IS}:ns=vm",
-                f"{WITH_BIND}:ns=vm",
-                f"{SERVER_AS_IS}:inflight=bind-all:ns=vm",
-                WITH_BIND,
-            ],
+            ["off", f"{SERVER_AS_IS}:ns=vm", f"{WITH_BIND}:ns=vm", SERVER_AS_IS, WITH_BIND],
         ),
         group("CPU over-commit R in the score (fullscan K=3, bind)", [WITH_BIND, f"{WITH_BIND}:R=1"]),
     )

@@ -1,8 +1,9 @@
 """What each widening costs on a large, nearly full cluster (the RFC's scale question).
 
 Builds a real ``ClusterState`` of ``node_count`` nodes in which only a given
-fraction can hold an 8 GiB VM, then times the real filter (and prioritize,
-when the filter leaves more than one node) for each sampling strategy.
+fraction can hold an 8 GiB VM, then times the real filter with its in-flight
+hold (and prioritize, when the filter leaves more than one node) for each
+sampling strategy.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ POOL_BYTES = 64 * GIB
 # but not zero, so it takes the "insufficient" path rather than the short cut.
 FULL_NODE_FREE_BYTES = 4 * GIB
 REASONS = Reasons.for_resource(RESOURCE_NAME)
+PROBE_UID = "scale-probe"
 
 STRATEGIES: tuple[tuple[str, Policy], ...] = (
     ("shadow (every node checked, none removed)", Policy(mode=Mode.SHADOW)),
@@ -73,13 +75,19 @@ class _Observed:
 def timed_decision(
     state: ClusterState, names: list[str], policy: Policy, rng: random.Random
 ) -> tuple[float, FilterDecision]:
-    """One decision as the scheduler would ask for it: filter, then prioritize if several nodes pass."""
+    """One decision as the scheduler would ask for it: filter (with the hold an enforcing filter
+    makes, as server.py does), then prioritize if several nodes pass. The hold is released
+    afterwards, untimed, so every decision sees the same cluster."""
     demand = PodDemand(hugepage_bytes=NEED_BYTES, cpu_millis=1000)
     started = time.perf_counter()
     decision = decide(state, demand, names, policy, reasons=REASONS, rng=rng)
+    if policy.mode is Mode.ENFORCE:
+        state.reserve(PROBE_UID, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
     if len(decision.passed) > 1:
         prioritize(state, demand, decision.passed, policy)
-    return time.perf_counter() - started, decision
+    seconds = time.perf_counter() - started
+    state.release(PROBE_UID)
+    return seconds, decision
 
 
 def measure_widening_cost(

@@ -4,8 +4,9 @@ Three parties, kept apart on purpose:
 
 * the **extender**: a real ``ClusterState`` fed only what a real extender
   would learn (nodes with their outside usage annotation, pods once the node
-  reports them, its own reservations), and the real ``filter_nodes`` /
-  ``prioritize_nodes``;
+  reports them, its own in-flight holds), and the real ``filter_nodes`` /
+  ``prioritize_nodes``, called in the order and with the arguments of
+  ``server.Extender.filter`` / ``prioritize`` / ``bind``;
 * the **scheduler**: in-tree CPU fit on every node (it sees CPU requests and
   assumes its own picks, but no hugepages), the extender's filter, the
   extender's priority, and a blind tie-break (random or least CPU);
@@ -393,10 +394,10 @@ class Replay:
 
         policy = self.config.policy_for(plan.namespace)
         started = time.perf_counter()
-        self.state.expire_reservations()  # as the server does before each filter
-        decision = decide(self.state, demand, candidates, policy, reasons=self.reasons, rng=self.sample_rng)
+        decision = self.filter_verb(plan.uid, demand, candidates, policy)
         passed = decision.passed
-        # kube-scheduler calls prioritize only when more than one node is left.
+        # kube-scheduler calls prioritize only when more than one node is left;
+        # by then the filter's holds are in the accounts prioritize reads.
         scores = prioritize(self.state, demand, passed, policy) if len(passed) > 1 else [(n, 0) for n in passed]
         step.decision_seconds.append(time.perf_counter() - started)
         step.widened += decision.widened
@@ -416,8 +417,7 @@ class Replay:
         node = self.pick(scores, demand.cpu_millis)
         self.observe_pick(step, node, demand, policy)
         flight = Flight(plan, node, need_pages, step_index, self.now, self.shadow_prediction(node, demand, policy))
-        if self.reserves(policy, demand, decision.chosen):
-            self.state.reserve(plan.uid, node, demand, policy.reservation_timeout_seconds)
+        self.bind_verb(plan.uid, node, demand, policy)
         self.truth.assumed_cpu[node] += demand.cpu_millis
         self.truth.arriving_pages[node] += need_pages
         self.push(self.now + plan.delay_seconds, EventKind.LAND, flight)
@@ -447,17 +447,24 @@ class Replay:
             return None
         return not fits(self.state.accounts.get(node, NO_POOL_ACCOUNT), demand.hugepage_bytes).admits
 
-    def reserves(self, policy: Policy, demand: PodDemand, chosen: str | None) -> bool:
-        """Whether server.py counts this placement in flight."""
-        if not demand.wants_hugepages or self.variant.inflight is InFlight.NONE:
-            return False
-        # Extender.filter: only an enforcing filter that leaves one node knows the pick.
-        by_filter = policy.mode is Mode.ENFORCE and chosen is not None
-        # Extender.bind: every pod its filter saw outside mode off (bind-all: in mode off too).
-        by_bind = self.variant.inflight is InFlight.BIND_ALL or (
-            self.variant.inflight is InFlight.BIND and policy.mode is not Mode.OFF
-        )
-        return by_filter or by_bind
+    def filter_verb(self, uid: str, demand: PodDemand, candidates: Sequence[str], policy: Policy) -> FilterDecision:
+        """``Extender.filter``: expire old holds, decide, and (unless in-flight accounting is
+        stripped) hold an enforced pod's need on every node the answer leaves, when there are
+        at most ``HOLD_LIMIT`` of them (``FilterDecision.nodes_to_hold``)."""
+        self.state.expire_reservations()
+        decision = decide(self.state, demand, candidates, policy, reasons=self.reasons, rng=self.sample_rng)
+        if self.variant.inflight is not InFlight.NONE and policy.mode is Mode.ENFORCE and demand.wants_hugepages:
+            self.state.reserve(uid, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
+        return decision
+
+    def bind_verb(self, uid: str, node: str, demand: PodDemand, policy: Policy) -> None:
+        """``Extender.bind``, with the bind verb enabled: every pod whose filter remembered a
+        hugepage need (any mode) is held on the picked node alone, replacing the filter's holds.
+
+        The scheduler binds right after its pick; no other pod is filtered in between here.
+        """
+        if self.variant.inflight is InFlight.BIND and demand.wants_hugepages:
+            self.state.reserve(uid, node, demand, policy.reservation_timeout_seconds)
 
     def land(self, flight: Flight) -> None:
         """The node admits the pod if its real pool holds it now; the extender hears either way."""
@@ -470,7 +477,7 @@ class Replay:
             step.shadow.add(predicted_failure=flight.shadow_predicts_failure, failed=failed)
         if failed:
             self.truth.assumed_cpu[node] -= plan.cpu_millis
-            self.state.remove_pod(plan.uid)  # the pod failed: its reservation goes too
+            self.state.remove_pod(plan.uid)  # the pod failed: its hold goes too
             step.failed_node += 1
             namespace.failed_node += 1
             step.seconds_to_failure.append(self.now - flight.requested_at)

@@ -38,7 +38,7 @@ def test_quick_runs_the_whole_matrix_and_writes_the_report(tmp_path: Path, capsy
     assert "quick replay [" in captured.err  # the progress bar
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["command"] == "hugepage-extender replay --quick --seed 3"
-    assert len(summary["variants"]) == 19
+    assert len(summary["variants"]) == 24
     assert summary["scale"]["node_count"] == 5000
 
 

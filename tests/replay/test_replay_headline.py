@@ -1,7 +1,7 @@
 """The replay's headline, pinned: on a ladder that runs the cluster out of hugepages,
-enforce with fullscan and in-flight accounting never sends a pod to a node that
-cannot hold it and never rejects one that some node could hold; off does both
-kinds of harm the RFC describes; shadow places exactly as off does."""
+enforce with fullscan and the server's in-flight holds never sends a pod to a node
+that cannot hold it, and with the bind verb (or K = 1) never rejects one that some
+node could hold; off sends pods to full nodes; shadow places exactly as off does."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def test_the_ladder_runs_the_cluster_out_of_hugepages(scenario: Scenario) -> Non
 @pytest.mark.parametrize(
     "spec",
     [
-        "enforce:fullscan:k3:inflight=bind",  # the extender as binder: every pick is reserved
-        "enforce:fullscan:k1",  # K=1: the filter leaves one node, so server.py's reservation acts
+        "enforce:fullscan:k3:inflight=bind",  # the extender as binder: the hold narrows to every pick
+        "enforce:fullscan:k1",  # no bind verb, but the filter leaves one node: its hold is the pick
         "enforce:drawUntilK:k3:inflight=bind",
         "enforce:fullscan:k0:inflight=bind",
     ],
@@ -74,10 +74,22 @@ def test_without_widening_the_k_sample_rejects_pods_some_node_could_hold(scenari
     assert total.outcomes["no_fit_in_sample"] > 0
 
 
-def test_the_filters_reservation_alone_does_not_cover_k_above_one(scenario: Scenario) -> None:
-    # server.py reserves only when the filter leaves exactly one node; at K=3 it
-    # rarely does, so a burst can still overfill a node the extender thought free.
+def test_without_the_bind_verb_the_filters_holds_keep_k3_off_full_nodes(scenario: Scenario) -> None:
+    # server.py without the bind verb: the filter holds the pod's need on each of
+    # the (up to) K nodes it admits until the pod shows up bound, so the picked
+    # node is always among the held ones and no pod is sent to a full node...
     total = merge(replay(scenario, "enforce:fullscan:k3").steps)
+    assert total.failed_node == 0
+    assert total.placed > 0
+    # ...at a price: the holds on the K - 1 nodes the pod does not go to turn
+    # pods away that one of those nodes could hold. The bind verb releases them
+    # at the pick (test above: zero false failures).
+    assert total.false_failures > 0
+    assert total.outcomes["no_hugepage_capacity"] == total.failed_decision
+
+
+def test_without_any_in_flight_accounting_a_burst_overfills_nodes(scenario: Scenario) -> None:
+    total = merge(replay(scenario, "enforce:fullscan:k3:inflight=none").steps)
     assert total.failed_node > 0
     assert total.false_failures == 0
 

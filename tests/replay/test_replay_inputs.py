@@ -51,7 +51,8 @@ def test_variant_names_are_canonical_and_parse_back(spec: str, name: str) -> Non
     [
         ("enforced", "must start with off, shadow or enforce"),
         ("enforce:wide", "unknown token 'wide'"),
-        ("enforce:inflight=always", "inflight must be none, filter, bind or bind-all"),
+        ("enforce:inflight=always", "inflight must be none, filter or bind"),
+        ("enforce:inflight=bind-all", "inflight must be none, filter or bind"),  # bind now holds every mode
         ("enforce:R=0", "R must be > 0"),
         ("enforce:R=x", "R must be a number"),
         ("enforce:ns=", "unknown token 'ns='"),

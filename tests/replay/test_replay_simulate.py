@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from extender.cluster import ClusterState
+from extender.decision import HOLD_LIMIT
+from extender.policy import Mode
 from extender.replay.model import (
     GIB,
     PAGE_SIZE_BYTES,
@@ -11,6 +13,7 @@ from extender.replay.model import (
     NodeGroup,
     Scenario,
     Trace,
+    Variant,
     parse_variant,
 )
 from extender.replay.simulate import (
@@ -88,14 +91,37 @@ def test_in_flight_accounting_turns_a_node_failure_into_a_fast_rejection() -> No
     # way (2.5-7.5 s) when the second is decided.
     scenario = Scenario((NodeGroup(1, 8 * GIB, 16_000),), (), trace((0.0, 6), (0.1, 6)))
     outcomes = {}
-    for spec in ("enforce:fullscan:k3:inflight=none", "enforce:fullscan:k3:inflight=bind", "enforce:fullscan:k1"):
-        variant = parse_variant(spec)
-        total = merge(run_variant(scenario, variant, seed=1).steps)
-        outcomes[variant.inflight, variant.sample_size] = (total.placed, total.failed_node, total.failed_decision)
+    for inflight in InFlight:
+        total = merge(run_variant(scenario, Variant(Mode.ENFORCE, inflight=inflight), seed=1).steps)
+        outcomes[inflight] = (total.placed, total.failed_node, total.failed_decision)
         assert total.false_failures == 0  # the node was taken: rejecting was right
-    assert outcomes[InFlight.NONE, 3] == (1, 1, 0)
-    assert outcomes[InFlight.BIND, 3] == (1, 0, 1)
-    assert outcomes[InFlight.FILTER, 1] == (1, 0, 1)  # one node left by the filter: server.py reserves
+    assert outcomes[InFlight.NONE] == (1, 1, 0)
+    assert outcomes[InFlight.FILTER] == (1, 0, 1)  # the filter held the one node it admitted
+    assert outcomes[InFlight.BIND] == (1, 0, 1)
+
+
+def k0_cluster(small_nodes: int) -> Scenario:
+    """``small_nodes`` 8 GiB nodes with 16 CPUs and one with 64 CPUs, which the blind
+    scheduler prefers; two 6 GiB pods 0.1 s apart, decided with K = 0 (every node)."""
+    nodes = (NodeGroup(small_nodes, 8 * GIB, 16_000, prefix="small"), NodeGroup(1, 8 * GIB, 64_000, prefix="big"))
+    return Scenario(nodes, (), trace((0.0, 6), (0.1, 6)))
+
+
+def outcome(scenario: Scenario, spec: str) -> tuple[int, int, int, int]:
+    total = merge(run_variant(scenario, parse_variant(spec), seed=1).steps)
+    return total.placed, total.failed_node, total.failed_decision, total.false_failures
+
+
+def test_the_filter_holds_every_admitted_node_up_to_the_hold_limit() -> None:
+    # HOLD_LIMIT nodes admitted: the first pod is held on all of them, so the
+    # second finds none free although every node but one could hold it.
+    assert outcome(k0_cluster(HOLD_LIMIT - 1), "enforce:fullscan:k0") == (1, 0, 1, 1)
+    # One more: the filter holds nothing, both pods go to the 64-CPU node, one fails there.
+    assert outcome(k0_cluster(HOLD_LIMIT), "enforce:fullscan:k0") == (1, 1, 0, 0)
+    # The bind verb holds the picked node alone, whatever the filter left.
+    assert outcome(k0_cluster(HOLD_LIMIT - 1), "enforce:fullscan:k0:inflight=bind") == (2, 0, 0, 0)
+    assert outcome(k0_cluster(HOLD_LIMIT), "enforce:fullscan:k0:inflight=bind") == (2, 0, 0, 0)
+    assert outcome(k0_cluster(HOLD_LIMIT), "enforce:fullscan:k0:inflight=none") == (1, 1, 0, 0)
 
 
 def test_a_namespace_scoped_variant_enforces_only_there() -> None:
@@ -108,14 +134,17 @@ def test_a_namespace_scoped_variant_enforces_only_there() -> None:
     assert (run.namespaces["batch"].failed_node, run.namespaces["vm"].placed) == (1, 1)
 
 
-def test_the_bind_verb_reserves_only_pods_its_filter_saw_outside_mode_off() -> None:
+def test_the_bind_verb_holds_pods_of_every_mode_the_filter_alone_only_enforced_ones() -> None:
     # One 8 GiB pool; a batch pod (mode off) and then a vm pod (enforce), 6 GiB
-    # each, both on their way at once. server.py's bind verb does not count the
-    # batch pod, so the vm pod is sent too and one of them fails on the node.
+    # each, both on their way at once. The filter holds only pods it enforces,
+    # so without the bind verb the batch pod is invisible until it lands, the vm
+    # pod is sent too and one of them fails on the node. The bind verb holds the
+    # batch pod as well, and the vm pod is turned away at the decision.
     arrivals = (Arrival(0.0, "batch", 6 * GIB, 1000, 100.0), Arrival(0.1, "vm", 6 * GIB, 1000, 100.0))
     scenario = Scenario((NodeGroup(1, 8 * GIB, 16_000),), (), Trace(arrivals, windows=1))
+    filter_only = run_variant(scenario, parse_variant("enforce:fullscan:k3:ns=vm"), seed=1)
     bind = run_variant(scenario, parse_variant("enforce:fullscan:k3:inflight=bind:ns=vm"), seed=1)
-    bind_all = run_variant(scenario, parse_variant("enforce:fullscan:k3:inflight=bind-all:ns=vm"), seed=1)
-    assert merge(bind.steps).failed_node == 1
-    assert merge(bind_all.steps).failed_node == 0
-    assert bind_all.namespaces["vm"].failed_decision == 1
+    assert merge(filter_only.steps).failed_node == 1
+    assert merge(bind.steps).failed_node == 0
+    assert bind.namespaces["vm"].failed_decision == 1
+    assert bind.namespaces["vm"].false_failures == 0
