@@ -8,9 +8,10 @@ values and never walks pods.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections import ChainMap, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.capacity import NodeAccount, headroom_bytes, hugepages_for
@@ -180,6 +181,22 @@ class ClusterState:
         reservation = Reservation(nodes_of(nodes), demand.hugepage_bytes, demand.cpu_millis, deadline)
         self._refresh(self._inflight.hold(uid, reservation))
         return True
+
+    def accounts_without(self, uid: str) -> Mapping[str, NodeAccount]:
+        """The accounts as the pod ``uid`` should see them: without its own hold."""
+        reservation = self._inflight.reservations_of(uid)
+        if reservation is None:
+            return self.accounts
+        own = {
+            node: dataclasses.replace(
+                account,
+                pending_bytes=account.pending_bytes - reservation.hugepage_bytes,
+                pending_cpu_millis=account.pending_cpu_millis - reservation.cpu_millis,
+            )
+            for node in reservation.nodes
+            if (account := self.accounts.get(node)) is not None
+        }
+        return ChainMap(own, self.accounts)
 
     def release(self, uid: str) -> None:
         """Stop counting a placement in flight (its bind failed)."""

@@ -41,6 +41,9 @@ class InFlightLedger:
         """Hugepage bytes and CPU millicores in flight to ``node``."""
         return self._bytes.get(node, 0), self._cpu.get(node, 0)
 
+    def reservations_of(self, uid: str) -> Reservation | None:
+        return self._by_uid.get(uid)
+
     def reservations(self) -> dict[str, Reservation]:
         return dict(self._by_uid)
 

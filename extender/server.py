@@ -13,7 +13,6 @@ import random
 import signal
 import ssl
 import time
-from collections import OrderedDict
 from typing import Protocol
 
 from aiohttp import web
@@ -22,12 +21,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.cluster import ClusterState
 from extender.config import Config
-from extender.decision import FilterDecision, Outcome, Reasons, filter_nodes, prioritize_nodes
+from extender.decision import FilterDecision, Outcome
 from extender.metrics import Metrics
 from extender.objects import Pod
 from extender.podrequest import PodDemand
-from extender.policy import Mode, Policy
+from extender.policy import Policy
 from extender.quantity import QuantityError
+from extender.verbs import ExtenderVerbs
 from extender.wire import (
     BindingArgs,
     WireError,
@@ -58,11 +58,8 @@ class EventRecorder(Protocol):
     def no_fit(self, pod: Pod, decision: FilterDecision, need_bytes: int) -> None: ...
 
 
-RECENT_DEMANDS = 10_000  # pods between filter and bind; far more than a scheduler has in flight
-
-
 class Extender:
-    """The verbs, over one cluster state and one config."""
+    """The verbs over HTTP, with metrics, events and the optional binder."""
 
     def __init__(
         self,
@@ -79,10 +76,7 @@ class Extender:
         self.metrics = metrics
         self.binder = binder
         self.events = events
-        self.reasons = Reasons.for_resource(config.resource_name)
-        self._rng = rng or random.Random()
-        # What filter learnt of each pod, for bind (whose arguments carry no pod spec).
-        self._recent: OrderedDict[str, tuple[PodDemand, Policy]] = OrderedDict()
+        self.verbs = ExtenderVerbs(config, state, rng=rng)
 
     async def filter(self, request: web.Request) -> web.Response:
         args = parse_extender_args(await request.read())
@@ -90,29 +84,11 @@ class Extender:
             log.warning("filter before the cluster state is synced: answering with an error")
             return web.Response(body=render_filter_error(NOT_SYNCED), content_type=JSON)
         pod = args.pod
-        policy = self.config.policy_for(pod.metadata.namespace)
         demand = self.state.demand_of(pod)
-        self.state.expire_reservations()
-        decision = filter_nodes(
-            demand,
-            args.node_names,
-            accounts=self.state.accounts,
-            policy=policy,
-            reasons=self.reasons,
-            rng=self._rng,
-            headroom=self.state.headroom,
-        )
-        self._observe(pod, policy, decision, demand, len(args.node_names))
-        if demand.wants_hugepages:
-            # Every mode: a pod placed in an off namespace still takes pages that
-            # enforcing namespaces must see in flight once bind names its node.
-            self._remember(pod.metadata.uid, demand, policy)
-        if (
-            policy.mode is Mode.ENFORCE
-            and demand.wants_hugepages
-            and self.state.reserve(pod.metadata.uid, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
-        ):
+        decision, held = self.verbs.filter(pod.metadata.uid, pod.metadata.namespace, demand, args.node_names)
+        if held:
             self.metrics.reservations.labels("filter").inc()
+        self._observe(pod, self.config.policy_for(pod.metadata.namespace), decision, demand, len(args.node_names))
         return web.Response(body=render_filter(args, decision), content_type=JSON)
 
     async def prioritize(self, request: web.Request) -> web.Response:
@@ -121,11 +97,8 @@ class Extender:
             # Prioritize errors are ignored by the scheduler; neutral scores say the same.
             return web.Response(body=render_priorities((n, 0) for n in args.node_names), content_type=JSON)
         pod = args.pod
-        policy = self.config.policy_for(pod.metadata.namespace)
         demand = self.state.demand_of(pod)
-        scores = prioritize_nodes(
-            demand, args.node_names, accounts=self.state.accounts, policy=policy, columns=self.state.columns
-        )
+        scores = self.verbs.prioritize(pod.metadata.uid, pod.metadata.namespace, demand, args.node_names)
         return web.Response(body=render_priorities(scores), content_type=JSON)
 
     async def bind(self, request: web.Request) -> web.Response:
@@ -133,17 +106,14 @@ class Extender:
         if self.binder is None:
             message = "bind verb is not enabled (serve --enable-bind)"
             return web.Response(status=404, body=render_error(message), content_type=JSON)
-        # Counted in flight before the API call: the scheduler filters the next
-        # pod while this bind is still under way.
-        recent = self._recent.get(args.pod_uid)
-        held = recent is not None and self.state.reserve(
-            args.pod_uid, args.node, recent[0], recent[1].reservation_timeout_seconds
-        )
+        # Narrowed before the API call: the scheduler filters the next pod while
+        # this bind is still under way.
+        held = self.verbs.bind_started(args.pod_uid, args.node)
         try:
             await self.binder.bind(args)
         except BindError as error:
             if held:
-                self.state.release(args.pod_uid)
+                self.verbs.bind_failed(args.pod_uid)
             self.metrics.binds.labels("error").inc()
             log.warning("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, error)
             return web.Response(body=render_binding(str(error)), content_type=JSON)
@@ -163,12 +133,6 @@ class Extender:
     async def metrics_page(self, request: web.Request) -> web.Response:
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    def _remember(self, uid: str, demand: PodDemand, policy: Policy) -> None:
-        self._recent[uid] = (demand, policy)
-        self._recent.move_to_end(uid)
-        if len(self._recent) > RECENT_DEMANDS:
-            self._recent.popitem(last=False)
 
     def _observe(self, pod: Pod, policy: Policy, decision: FilterDecision, demand: PodDemand, candidates: int) -> None:
         outcome = decision.outcome

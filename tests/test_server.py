@@ -165,6 +165,21 @@ async def test_a_few_survivors_each_hold_the_need_until_the_pod_is_seen(
     assert state.inflight_count == 1
 
 
+async def test_a_retried_pod_does_not_compete_with_its_own_hold(
+    aiohttp_client: ClientFactory, state: ClusterState
+) -> None:
+    config = build_config({"defaults": {"mode": "enforce", "sampleSize": 3}}, {})
+    client = await aiohttp_client(create_app(Extender(config, state, Metrics(), rng=random.Random(1))))
+    body = args(hugepages="2Gi", names=["roomy", "full"])  # roomy's 4Gi pool holds exactly two
+    for _ in range(3):
+        assert (await post(client, "filter", body))[1]["NodeNames"] == ["roomy"]
+    assert state.accounts["roomy"].pending_bytes == 2 << 30
+    # and prioritize scores the pod against the pool without its own hold:
+    # (1024 pages + 0 used) / 2048 = 0.5 -> 5, not (1024 + 1024) / 2048 -> 0
+    _, scores = await post(client, "prioritize", args(hugepages="2Gi", names=["roomy"]))
+    assert scores == [{"Host": "roomy", "Score": 5}]
+
+
 async def test_not_ready_answers_an_error_never_every_node(aiohttp_client: ClientFactory, extender: Extender) -> None:
     extender.state = ClusterState(extender.config)
     client = await aiohttp_client(create_app(extender))

@@ -15,19 +15,19 @@ from dataclasses import dataclass, field
 
 from extender.cluster import ClusterState
 from extender.config import Config
-from extender.decision import FilterDecision, Reasons
+from extender.decision import FilterDecision
 from extender.podrequest import PodDemand
-from extender.policy import Mode, Policy, Widening
+from extender.policy import Mode, Placement, Policy, Widening
 from extender.replay.model import GIB, PAGE_SIZE_BYTES, RESOURCE_NAME, ScaleSettings
-from extender.replay.simulate import NodeSpec, decide, node_object, prioritize
+from extender.replay.simulate import NodeSpec, node_object
 from extender.replay.tally import percentile
+from extender.verbs import ExtenderVerbs
 
 NEED_BYTES = 8 * GIB
 POOL_BYTES = 64 * GIB
 # A full node keeps 4 GiB free: less than the need, so the filter rejects it,
 # but not zero, so it takes the "insufficient" path rather than the short cut.
 FULL_NODE_FREE_BYTES = 4 * GIB
-REASONS = Reasons.for_resource(RESOURCE_NAME)
 PROBE_UID = "scale-probe"
 
 STRATEGIES: tuple[tuple[str, Policy], ...] = (
@@ -79,12 +79,12 @@ def timed_decision(
     makes, as server.py does), then prioritize if several nodes pass. The hold is released
     afterwards, untimed, so every decision sees the same cluster."""
     demand = PodDemand(hugepage_bytes=NEED_BYTES, cpu_millis=1000)
+    config = Config(resource_name=RESOURCE_NAME, page_size_bytes=PAGE_SIZE_BYTES, placement=Placement(defaults=policy))
+    verbs = ExtenderVerbs(config, state, rng=rng)
     started = time.perf_counter()
-    decision = decide(state, demand, names, policy, reasons=REASONS, rng=rng)
-    if policy.mode is Mode.ENFORCE:
-        state.reserve(PROBE_UID, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
+    decision, _ = verbs.filter(PROBE_UID, "scale", demand, names)
     if len(decision.passed) > 1:
-        prioritize(state, demand, decision.passed, policy)
+        verbs.prioritize(PROBE_UID, "scale", demand, decision.passed)
     seconds = time.perf_counter() - started
     state.release(PROBE_UID)
     return seconds, decision

@@ -29,7 +29,7 @@ from enum import Enum, auto
 from extender.capacity import NO_POOL_ACCOUNT, fits, hugepages_for
 from extender.cluster import RESERVED_ANNOTATION_PREFIX, ClusterState
 from extender.config import Config
-from extender.decision import FilterDecision, Reasons, filter_nodes, prioritize_nodes
+from extender.decision import Reasons
 from extender.objects import Container, Node, NodeStatus, ObjectMeta, Pod, PodSpec, PodStatus, ResourceRequirements
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
@@ -47,6 +47,7 @@ from extender.replay.model import (
 )
 from extender.replay.tally import OutcomeTally, StepTally, coefficient_of_variation
 from extender.scoring import cpu_load, hugepage_load
+from extender.verbs import ExtenderVerbs
 
 # New clients of a ladder step start spread over this many seconds: a burst,
 # as when a batch run raises its concurrency, but not all in one instant.
@@ -281,6 +282,10 @@ class Replay:
         self.node_names = [s.name for s in specs]
         # Separate streams, so shadow and off draw the same tie-breaks.
         self.sample_rng = random.Random(f"{seed}/best-of-k")
+        # The server's own verbs over the simulated cluster's state.
+        self.verbs = ExtenderVerbs(
+            self.config, self.state, rng=self.sample_rng, hold_in_flight=variant.inflight is not InFlight.NONE
+        )
         self.tie_rng = random.Random(f"{seed}/tie-break")
         self.step_length = step_seconds(scenario)
         self.steps = [StepTally() for _ in range(step_count(scenario))]
@@ -394,11 +399,14 @@ class Replay:
 
         policy = self.config.policy_for(plan.namespace)
         started = time.perf_counter()
-        decision = self.filter_verb(plan.uid, demand, candidates, policy)
+        decision, _ = self.verbs.filter(plan.uid, plan.namespace, demand, candidates)
         passed = decision.passed
-        # kube-scheduler calls prioritize only when more than one node is left;
-        # by then the filter's holds are in the accounts prioritize reads.
-        scores = prioritize(self.state, demand, passed, policy) if len(passed) > 1 else [(n, 0) for n in passed]
+        # kube-scheduler calls prioritize only when more than one node is left.
+        scores = (
+            self.verbs.prioritize(plan.uid, plan.namespace, demand, passed)
+            if len(passed) > 1
+            else [(n, 0) for n in passed]
+        )
         step.decision_seconds.append(time.perf_counter() - started)
         step.widened += decision.widened
 
@@ -417,7 +425,8 @@ class Replay:
         node = self.pick(scores, demand.cpu_millis)
         self.observe_pick(step, node, demand, policy)
         flight = Flight(plan, node, need_pages, step_index, self.now, self.shadow_prediction(node, demand, policy))
-        self.bind_verb(plan.uid, node, demand, policy)
+        if self.variant.inflight is InFlight.BIND:  # serve --enable-bind: the bind names the node
+            self.verbs.bind_started(plan.uid, node)
         self.truth.assumed_cpu[node] += demand.cpu_millis
         self.truth.arriving_pages[node] += need_pages
         self.push(self.now + plan.delay_seconds, EventKind.LAND, flight)
@@ -446,25 +455,6 @@ class Replay:
         if policy.mode is not Mode.SHADOW:
             return None
         return not fits(self.state.accounts.get(node, NO_POOL_ACCOUNT), demand.hugepage_bytes).admits
-
-    def filter_verb(self, uid: str, demand: PodDemand, candidates: Sequence[str], policy: Policy) -> FilterDecision:
-        """``Extender.filter``: expire old holds, decide, and (unless in-flight accounting is
-        stripped) hold an enforced pod's need on every node the answer leaves, when there are
-        at most ``HOLD_LIMIT`` of them (``FilterDecision.nodes_to_hold``)."""
-        self.state.expire_reservations()
-        decision = decide(self.state, demand, candidates, policy, reasons=self.reasons, rng=self.sample_rng)
-        if self.variant.inflight is not InFlight.NONE and policy.mode is Mode.ENFORCE and demand.wants_hugepages:
-            self.state.reserve(uid, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
-        return decision
-
-    def bind_verb(self, uid: str, node: str, demand: PodDemand, policy: Policy) -> None:
-        """``Extender.bind``, with the bind verb enabled: every pod whose filter remembered a
-        hugepage need (any mode) is held on the picked node alone, replacing the filter's holds.
-
-        The scheduler binds right after its pick; no other pod is filtered in between here.
-        """
-        if self.variant.inflight is InFlight.BIND and demand.wants_hugepages:
-            self.state.reserve(uid, node, demand, policy.reservation_timeout_seconds)
 
     def land(self, flight: Flight) -> None:
         """The node admits the pod if its real pool holds it now; the extender hears either way."""
@@ -509,28 +499,6 @@ class Replay:
         step.imbalance.append(imbalance)
         step.cpu_utilisation.append(cpu)
         self.push(self.now + self.scenario.timing.sample_interval_seconds, EventKind.SAMPLE)
-
-
-def decide(
-    state: ClusterState,
-    demand: PodDemand,
-    candidates: Sequence[str],
-    policy: Policy,
-    *,
-    reasons: Reasons,
-    rng: random.Random,
-) -> FilterDecision:
-    """The filter verb's decision, with the arguments server.py passes."""
-    return filter_nodes(
-        demand, candidates, accounts=state.accounts, policy=policy, reasons=reasons, rng=rng, headroom=state.headroom
-    )
-
-
-def prioritize(
-    state: ClusterState, demand: PodDemand, candidates: Sequence[str], policy: Policy
-) -> list[tuple[str, int]]:
-    """The prioritize verb's scores, with the arguments server.py passes."""
-    return prioritize_nodes(demand, candidates, accounts=state.accounts, policy=policy, columns=state.columns)
 
 
 def run_variant(

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient
 from extender.cluster import ClusterState
 from extender.metrics import Metrics
 from extender.replay.model import GIB, Blind, InFlight, NodeGroup, Scenario, Trace, parse_variant
-from extender.replay.simulate import PodPlan, Replay, build_nodes, node_object, pod_object, prioritize
+from extender.replay.simulate import PodPlan, Replay, build_nodes, node_object, pod_object
 from extender.server import Extender, create_app
 from extender.wire import BindingArgs
 
@@ -54,7 +54,7 @@ async def post(client: Client, verb: str, body: Any) -> Any:
 async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client: ClientFactory, spec: str) -> None:
     variant = parse_variant(spec)
     replay = Replay(Scenario(NODES, (), Trace(())), variant, seed=1, blind=Blind.LEAST_CPU, tick=lambda: None)
-    replay.sample_rng = random.Random(5)
+    replay.verbs.rng = random.Random(5)
     server_state = ClusterState(replay.config, clock=lambda: 0.0)
     server_state.replace([node_object(s) for s in build_nodes(NODES, seed=1)], [])
     bind_verb = NoBinder() if variant.inflight is InFlight.BIND else None
@@ -67,10 +67,9 @@ async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client
         plan = PodPlan(f"p{index}", ("vm", "batch")[index % 2], SIZES_GIB[index % 3] * GIB, 1000, 60.0, 5.0, None)
         pod = pod_object(plan)
         demand = replay.state.demand_of(pod)
-        policy = replay.config.policy_for(plan.namespace)
         names = replay.node_names
 
-        decision = replay.filter_verb(plan.uid, demand, names, policy)
+        decision, _ = replay.verbs.filter(plan.uid, plan.namespace, demand, names)
         answer = await post(client, "filter", {"Pod": msgspec.to_builtins(pod), "NodeNames": names})
         assert decision.passed == answer["NodeNames"]
         assert replay.state.reservations() == server_state.reservations()
@@ -81,12 +80,13 @@ async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client
         # kube-scheduler scores only when more than one node is left.
         node = decision.passed[0]
         if len(decision.passed) > 1:
-            scores = prioritize(replay.state, demand, decision.passed, policy)
+            scores = replay.verbs.prioritize(plan.uid, plan.namespace, demand, decision.passed)
             body = {"Pod": msgspec.to_builtins(pod), "NodeNames": decision.passed}
             assert [(s["Host"], s["Score"]) for s in await post(client, "prioritize", body)] == scores
             node = max(scores, key=lambda entry: entry[1])[0]
 
-        replay.bind_verb(plan.uid, node, demand, policy)
+        if variant.inflight is InFlight.BIND:
+            replay.verbs.bind_started(plan.uid, node)
         if bind_verb is not None:
             binding = {"PodName": plan.uid, "PodNamespace": plan.namespace, "PodUID": plan.uid, "Node": node}
             assert await post(client, "bind", binding) == {"Error": ""}
