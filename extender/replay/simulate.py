@@ -423,7 +423,7 @@ class Replay:
             return
 
         node = self.pick(scores, demand.cpu_millis)
-        self.observe_pick(step, node, demand, policy)
+        self.observe_pick(step, plan.uid, node, demand, policy)
         flight = Flight(plan, node, need_pages, step_index, self.now, self.shadow_prediction(node, demand, policy))
         if self.variant.inflight is InFlight.BIND:  # serve --enable-bind: the bind names the node
             self.verbs.bind_started(plan.uid, node)
@@ -442,10 +442,11 @@ class Replay:
 
         return max(scores, key=rank)[0]
 
-    def observe_pick(self, step: StepTally, node: str, demand: PodDemand, policy: Policy) -> None:
-        # Which term of max(cpuLoad, memLoad) set the chosen node's load: the
-        # evidence for whether CPU over-commit ever decides a placement.
-        account = self.state.accounts.get(node, NO_POOL_ACCOUNT)
+    def observe_pick(self, step: StepTally, uid: str, node: str, demand: PodDemand, policy: Policy) -> None:
+        # Which term of max(cpuLoad, memLoad) set the chosen node's load, as prioritize
+        # scored it (without the pod's own hold): the evidence for whether CPU over-commit
+        # ever decides a placement.
+        account = self.state.accounts_without(uid).get(node, NO_POOL_ACCOUNT)
         step.picks += 1
         if cpu_load(account, demand, policy.overcommit_ratio) > hugepage_load(account, demand, policy.alpha):
             step.cpu_dominant += 1
