@@ -1,41 +1,115 @@
-"""python -m benchmarks [decision|memory|...] [--quick] [--json FILE]"""
+"""python -m benchmarks [decision|http|scheduler|memory] [--quick] [--json FILE]"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import shlex
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from benchmarks import decision, memory
+from benchmarks import decision, http_decision, memory, scheduler
 from benchmarks.stats import table
+
+KNOWN = ["decision", "http", "scheduler", "memory"]
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on: they are only comparable within one run."""
+    model = ""
+    with open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory_mib = 0
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                memory_mib = int(line.split()[1]) // 1024
+                break
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": model or platform.processor(),
+        "memory_mib": memory_mib,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "loadavg_at_start": os.getloadavg(),
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
-    parser.add_argument("which", nargs="*", help="decision, memory (default: all)")
-    parser.add_argument("--quick", action="store_true", help="CI-sized: fewer sizes and repetitions")
+    parser.add_argument("which", nargs="*", help=f"{', '.join(KNOWN)} (default: all)")
+    parser.add_argument("--quick", action="store_true", help="CI-sized: fewer sizes, pods and repetitions")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--scheduler-workdir", type=Path, help="keep the control plane's logs and configs here")
     args = parser.parse_args()
-    known = ["decision", "memory"]
-    args.which = args.which or known
-    if unknown := set(args.which) - set(known):
-        parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from {', '.join(known)}")
-    results: dict[str, object] = {"machine": {"python": platform.python_version(), "cpu": platform.processor()}}
-    if "decision" in args.which:
-        sizes = [1000, 5000] if args.quick else [1000, 5000, 15000]
-        rows = decision.run(sizes, repeat=30 if args.quick else 200)
-        print("\n## Decision cost in process (parse -> decide -> render)\n")
-        print(table(rows, decision.COLUMNS))
-        results["decision"] = rows
-    if "memory" in args.which:
-        rows = memory.run(quick=args.quick)
-        print("\n## Memory\n")
-        print(table(rows, memory.COLUMNS))
-        results["memory"] = rows
+    args.which = args.which or KNOWN
+    if unknown := set(args.which) - set(KNOWN):
+        parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from {', '.join(KNOWN)}")
+    results: dict[str, Any] = {
+        "command": shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]]),
+        "machine": machine(),
+    }
+    print(f"# {results['command']}\n# {json.dumps(results['machine'])}")
+    began = time.monotonic()
+    sizes = [1000, 5000] if args.quick else [1000, 5000, 15000]
+
+    def section(
+        key: str, title: str, columns: list[str], produce: Callable[[], list[dict[str, Any]]], part: str = ""
+    ) -> None:
+        if (part or key) not in args.which:
+            return
+        started = time.monotonic()
+        rows = produce()
+        print(f"\n## {title} ({time.monotonic() - started:.0f} s)\n")
+        print(table(rows, columns))
+        results[key] = rows
+        if args.json:  # written after every section, so a long run leaves what it measured
+            args.json.write_text(json.dumps(results, indent=2))
+
+    section(
+        "decision",
+        "Decision cost in process (parse -> decide -> render)",
+        decision.COLUMNS,
+        lambda: decision.run(sizes, repeat=30 if args.quick else 100),
+    )
+    serving: list[dict[str, Any]] = []
+    section(
+        "http",
+        "Decision cost over HTTP on loopback (server in its own process, keep-alive aiohttp clients)",
+        http_decision.COLUMNS,
+        lambda: http_decision.run(sizes, clients=(4,) if args.quick else (1, 4), quick=args.quick, memory=serving),
+    )
+    section(
+        "serving_memory",
+        "Memory of our extender after serving the HTTP benchmark",
+        http_decision.MEMORY_COLUMNS,
+        lambda: serving,
+        part="http",
+    )
+    section(
+        "scheduler",
+        "Scheduler throughput (real kube-scheduler, percentageOfNodesToScore 100, client QPS/burst 5000)",
+        scheduler.COLUMNS,
+        lambda: scheduler.run(
+            [(500, 500), (1000, 500)] if args.quick else [(1000, 2000), (5000, 1000)],
+            workdir=args.scheduler_workdir,
+            log=lambda line: print(line, file=sys.stderr),
+        ),
+    )
+    section("memory", "Memory (RSS of the cluster cache)", memory.COLUMNS, lambda: memory.run(quick=args.quick))
+    results["machine"]["loadavg_at_end"] = os.getloadavg()
+    results["seconds"] = time.monotonic() - began
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+    print(f"\n# {results['seconds']:.0f} s in all; load average at the end {results['machine']['loadavg_at_end']}")
     return 0
 
 

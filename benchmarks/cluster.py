@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,14 +57,14 @@ def node_document(i: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def pod_document(name: str, hugepages: str | None, node: str | None = None) -> dict[str, Any]:
+def pod_document(name: str, hugepages: str | None, node: str | None = None, namespace: str = "bench") -> dict[str, Any]:
     requests: dict[str, str] = {"cpu": "500m", "memory": "1Gi"}
     if hugepages:
         requests["hugepages-2Mi"] = hugepages
     document: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}"},
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}"},
         "spec": {
             "schedulerName": "hugepage-scheduler",
             "containers": [
@@ -92,19 +93,63 @@ def synthetic_cluster(
     nodes: int, pods: int, config_document: dict[str, Any] | None = None, seed: int = 1
 ) -> SyntheticCluster:
     """``nodes`` nodes with 64 GiB pools, ``pods`` bound pods of 512 MiB spread over them."""
-    rng = random.Random(seed)
-    config = build_config(config_document or ENFORCE, {})
-    documents = [node_document(i, rng) for i in range(nodes)]
-    state = ClusterState(config)
-    state.replace(
-        (msgspec.convert(d, Node) for d in documents),
-        (msgspec.convert(pod_document(f"p{j}", "512Mi", f"node-{j % nodes:05d}"), Pod) for j in range(pods)),
-    )
+    documents = node_documents(nodes, seed)
+    config, state = _state(documents, pods, config_document)
     return SyntheticCluster(config, state, documents)
 
 
-def extender_args(cluster: SyntheticCluster, *, full_nodes: bool, hugepages: str | None) -> bytes:
-    pod = pod_document("incoming", hugepages)
+def synthetic_state(
+    nodes: int, pods: int, config_document: dict[str, Any] | None = None, seed: int = 1
+) -> tuple[Config, ClusterState]:
+    """The state of ``synthetic_cluster`` alone: each document is dropped once read, as the
+    extender's reflector drops each object, so a process holding it weighs what the extender does."""
+    rng = random.Random(seed)
+    return _state((node_document(i, rng) for i in range(nodes)), pods, config_document)
+
+
+def _state(
+    documents: Iterable[dict[str, Any]], pods: int, config_document: dict[str, Any] | None
+) -> tuple[Config, ClusterState]:
+    config = build_config(config_document or ENFORCE, {})
+    state = ClusterState(config)
+    names = []
+
+    def nodes() -> Iterator[Node]:
+        for document in documents:
+            node = msgspec.convert(document, Node)
+            names.append(node.metadata.name)
+            yield node
+
+    def bound_pods() -> Iterator[Pod]:
+        for j in range(pods):
+            yield msgspec.convert(pod_document(f"p{j}", "512Mi", names[j % len(names)]), Pod)
+
+    state.replace(nodes(), bound_pods())
+    return config, state
+
+
+def node_documents(nodes: int, seed: int = 1) -> list[dict[str, Any]]:
+    """The same ``nodes`` Node documents for the same seed, in any process."""
+    rng = random.Random(seed)
+    return [node_document(i, rng) for i in range(nodes)]
+
+
+def request_body(
+    documents: list[dict[str, Any]],
+    *,
+    full_nodes: bool,
+    hugepages: str | None,
+    namespace: str = "bench",
+    pod_name: str = "incoming",
+) -> bytes:
+    """An ExtenderArgs body as kube-scheduler sends it (capitalised keys; ``Nodes`` as a NodeList)."""
+    pod = pod_document(pod_name, hugepages, namespace=namespace)
     if full_nodes:
-        return msgspec.json.encode({"Pod": pod, "Nodes": {"items": cluster.node_documents}, "NodeNames": None})
-    return msgspec.json.encode({"Pod": pod, "NodeNames": cluster.names})
+        node_list = {"metadata": {}, "items": documents}
+        return msgspec.json.encode({"Pod": pod, "Nodes": node_list, "NodeNames": None})
+    names = [d["metadata"]["name"] for d in documents]
+    return msgspec.json.encode({"Pod": pod, "Nodes": None, "NodeNames": names})
+
+
+def extender_args(cluster: SyntheticCluster, *, full_nodes: bool, hugepages: str | None) -> bytes:
+    return request_body(cluster.node_documents, full_nodes=full_nodes, hugepages=hugepages)

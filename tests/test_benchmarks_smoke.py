@@ -1,0 +1,61 @@
+"""The decision benchmarks run end to end at a tiny size (figures are printed by them, never asserted here)."""
+
+from typing import Any
+
+import msgspec
+
+from benchmarks import decision, http_decision
+from benchmarks.cluster import node_documents, request_body
+from benchmarks.null_extender import field_skipping_decode, floor_prioritize, null_filter, null_prioritize
+
+NODES = 50
+TINY = {"names": http_decision.Budget(3, 0.0, 2.0), "nodes": http_decision.Budget(3, 0.0, 2.0)}
+
+
+def test_in_process_decision_benchmark_runs() -> None:
+    rows = decision.run([NODES], repeat=3)
+    verbs = {(row["mode"], row["verb"]) for row in rows}
+    assert verbs == {
+        ("NodeNames", "filter"),
+        ("NodeNames", "prioritize"),
+        ("Nodes", "filter"),
+        ("Nodes", "prioritize"),
+        ("Nodes", "full parse to dicts"),
+    }
+    assert all(row["p50 ms"] > 0 for row in rows)
+    assert all(row["x floor"] > 0 for row in rows if row["mode"] == "Nodes")
+
+
+def test_http_decision_benchmark_runs() -> None:
+    memory: list[dict[str, Any]] = []
+    rows = http_decision.run([NODES], clients=(2,), budgets=TINY, memory=memory)
+    assert memory[0]["nodes"] == NODES
+    assert memory[0]["peak rss MiB"] >= memory[0]["rss MiB after full Nodes"] > 0
+    verbs = {(row["mode"], row["verb"]) for row in rows}
+    assert ("NodeNames", "filter") in verbs
+    assert ("Nodes", "floor filter") in verbs
+    ours = [row for row in rows if row["verb"] in ("filter", "prioritize")]
+    assert len(ours) == 10  # per mode: filter K=3, K=0, no hugepages; prioritize with and without
+    assert all(row["requests"] >= 3 and row["req/s"] > 0 and row["x null"] > 0 for row in ours)
+
+
+def test_null_extender_answers_its_input_unchanged() -> None:
+    documents = node_documents(3)
+    names = [d["metadata"]["name"] for d in documents]
+    for full in (False, True):
+        body = request_body(documents, full_nodes=full, hugepages="1Gi")
+        passed = msgspec.json.decode(null_filter(body))
+        assert passed["Error"] == ""
+        assert passed["FailedNodes"] == {}
+        if full:
+            assert passed["NodeNames"] is None
+            assert passed["Nodes"]["items"] == documents
+        else:
+            assert passed["Nodes"] is None
+            assert passed["NodeNames"] == names
+        zeros = [{"Host": name, "Score": 0} for name in names]
+        assert msgspec.json.decode(null_prioritize(body)) == zeros
+        assert msgspec.json.decode(floor_prioritize(body)) == zeros
+        pod, decoded = field_skipping_decode(body)
+        assert decoded == names
+        assert pod.metadata.name == "incoming"
