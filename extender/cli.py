@@ -23,7 +23,7 @@ from extender.explain import explain, render_table
 from extender.kube.binder import ApiBinder
 from extender.kube.client import api_client
 from extender.kube.events import PodEvents
-from extender.kube.informer import ClusterInformer
+from extender.kube.informer import ClusterInformer, freeze_cache
 from extender.metrics import Metrics
 from extender.objects import Pod
 from extender.quantity import QuantityError
@@ -54,6 +54,8 @@ def _serve(args: argparse.Namespace) -> int:
     if not live:
         snapshot = load_snapshot(args.snapshot)
         state.replace(snapshot.nodes, snapshot.pods)
+        del snapshot
+        freeze_cache()
         source = args.snapshot or "the bundled example snapshot"
         log.info("loaded %s: %d nodes, %d bound pods", source, state.node_count, state.pod_count)
     log.info(
