@@ -15,7 +15,7 @@ from extender.capacity import NO_POOL_ACCOUNT, UNBOUNDED, Fit, NodeAccount, fits
 from extender.columns import NodeColumns
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
-from extender.sampling import Sample, best_of_k
+from extender.sampling import best_of_k
 from extender.scoring import node_load, priorities, priority
 
 Accounts = Mapping[str, NodeAccount]
@@ -115,8 +115,8 @@ def filter_nodes(
 
     need = demand.hugepage_bytes
     room = headroom if headroom is not None else _HeadroomOf(accounts)
+    room_of = room.get
     if policy.mode is Mode.SHADOW:
-        room_of = room.get
         would_reject = [n for n in candidates if need > room_of(n, UNBOUNDED)]
         exceeds_pool = sum(1 for n in would_reject if fits(_account(accounts, n), need) is Fit.EXCEEDS_POOL)
         return FilterDecision(
@@ -127,20 +127,9 @@ def filter_nodes(
             examined=len(candidates),
         )
 
-    examined: set[str] = set()
-
-    def admits(name: str) -> bool:
-        examined.add(name)
-        return need <= room.get(name, UNBOUNDED)
-
-    if policy.sample_size <= 0:
-        # Every candidate is examined: one comprehension, no per-node call.
-        room_of = room.get
-        passed = [n for n in candidates if need <= room_of(n, UNBOUNDED)]
-        rejected = [n for n in candidates if need > room_of(n, UNBOUNDED)] if len(passed) < len(candidates) else []
-        sample = Sample(passed, rejected, exhausted=True, widened=False)
-    else:
-        sample = best_of_k(candidates, policy.sample_size, policy.widening, admits, rng)
+    sample = best_of_k(
+        candidates, policy.sample_size, policy.widening, lambda name: need <= room_of(name, UNBOUNDED), rng
+    )
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     for name in sample.rejected:
@@ -156,6 +145,7 @@ def filter_nodes(
         outcome = Outcome.NO_FIT_IN_SAMPLE
         # Unexamined nodes are reported, not dropped: a dropped node counts as
         # unresolvable and preemption would skip it.
+        examined = set(sample.rejected)  # nothing was kept
         failed.update((n, reasons.not_sampled) for n in candidates if n not in examined)
     elif insufficient:
         outcome = Outcome.NO_HUGEPAGE_CAPACITY
@@ -168,7 +158,7 @@ def filter_nodes(
         outcome=outcome,
         insufficient=insufficient,
         exceeds_pool=exceeds_pool,
-        examined=len(examined) if policy.sample_size > 0 else len(candidates),
+        examined=len(sample.kept) + len(sample.rejected),
         widened=sample.widened,
     )
 
