@@ -21,6 +21,7 @@ from typing import Any
 
 from benchmarks.cluster import synthetic_state
 from benchmarks.null_extender import MAX_BODY, serve
+from extender.kube.informer import freeze_cache
 from extender.metrics import Metrics
 from extender.server import Extender, create_app
 
@@ -41,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     config, state = synthetic_state(args.nodes, min(args.nodes * PODS_PER_NODE, MAX_PODS), CONFIG)
+    freeze_cache()  # as `serve` does once its cache is listed
     extender = Extender(config, state, Metrics())
     asyncio.run(serve(create_app(extender), args.host, args.port))
     return 0

@@ -8,11 +8,11 @@ values and never walks pods.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import ChainMap, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from extender.capacity import NodeAccount, headroom_bytes, hugepages_for
 from extender.columns import NodeColumns
@@ -24,23 +24,23 @@ from extender.quantity import to_millis, to_units
 
 RESERVED_ANNOTATION_PREFIX = "hugepage-extender.io/reserved-"
 
+# The records below hold only strings and integers, so they can form no reference
+# cycle: gc=False keeps 100,000 pods' records out of every garbage collection.
 
-@dataclass(frozen=True, slots=True)
-class NodeCapacity:
+
+class NodeCapacity(msgspec.Struct, frozen=True, gc=False):
     total_pages: int
     reserved_pages: int
     cpu_millis: int
 
 
-@dataclass(frozen=True, slots=True)
-class PodUsage:
+class PodUsage(msgspec.Struct, frozen=True, gc=False):
     node: str
     pages: int
     cpu_millis: int
 
 
-@dataclass(frozen=True, slots=True)
-class PodRecord:
+class PodRecord(msgspec.Struct, frozen=True, gc=False):
     """What the state keeps of a pod: a few numbers, never the object itself."""
 
     uid: str
@@ -188,7 +188,7 @@ class ClusterState:
         if reservation is None:
             return self.accounts
         own = {
-            node: dataclasses.replace(
+            node: msgspec.structs.replace(
                 account,
                 pending_bytes=account.pending_bytes - reservation.hugepage_bytes,
                 pending_cpu_millis=account.pending_cpu_millis - reservation.cpu_millis,

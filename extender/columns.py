@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from extender.capacity import NodeAccount
+from extender.namelist import NameList
 
 IntColumn = npt.NDArray[np.int64]
 
@@ -34,6 +35,8 @@ class NodeColumns:
         self._free: list[int] = []
         self._size = 1  # slot 0: the unknown node
         self._columns: dict[str, IntColumn] = {f: np.zeros(capacity, dtype=np.int64) for f in _FIELDS}
+        self._layout = 0  # changes whenever a name gets or loses a slot
+        self._last: tuple[NameList, int, npt.NDArray[np.intp]] | None = None
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -46,6 +49,7 @@ class NodeColumns:
         if slot is None:
             slot = self._free.pop() if self._free else self._grow()
             self._slot[name] = slot
+            self._layout += 1
         c = self._columns
         c["page_size"][slot] = account.page_size
         c["total_pages"][slot] = account.total_pages
@@ -61,12 +65,31 @@ class NodeColumns:
             for column in self._columns.values():
                 column[slot] = 0
             self._free.append(slot)
+            self._layout += 1
 
     def clear(self) -> None:
+        layout = self._layout
         self.__init__(len(self._columns["page_size"]))  # type: ignore[misc]
+        self._layout = layout + 1
 
     def slots(self, names: Sequence[str]) -> npt.NDArray[np.intp]:
-        """Each name's slot, 0 for unknown names; a C-speed lookup when every name is known."""
+        """Each name's slot, 0 for unknown names (read-only).
+
+        The slots of the last ``NameList`` are kept: the same immutable list comes
+        back while the scheduler's feasible set stays the same, and mapping 5,000
+        names again would cost more than scoring them.
+        """
+        last = self._last
+        if last is not None and last[0] is names and last[1] == self._layout:
+            return last[2]
+        found = self._lookup(names)
+        found.flags.writeable = False
+        if isinstance(names, NameList):
+            self._last = (names, self._layout, found)
+        return found
+
+    def _lookup(self, names: Sequence[str]) -> npt.NDArray[np.intp]:
+        """A C-speed lookup when every name is known."""
         if not names:
             return np.zeros(0, dtype=np.intp)
         try:

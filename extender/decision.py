@@ -7,9 +7,12 @@ so a node the filter admits is never scored as if it could not hold the pod.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
 
 from extender.capacity import NO_POOL_ACCOUNT, UNBOUNDED, Fit, NodeAccount, fits, headroom_bytes
 from extender.columns import NodeColumns
@@ -55,7 +58,7 @@ class Reasons:
 
 @dataclass(frozen=True, slots=True)
 class FilterDecision:
-    passed: list[str]
+    passed: Sequence[str]  # the candidates themselves when every one passes
     failed: dict[str, str] = field(default_factory=dict)  # resolvable: preemption may help
     unresolvable: dict[str, str] = field(default_factory=dict)  # the pool is too small
     outcome: Outcome = Outcome.PASSTHROUGH
@@ -70,7 +73,7 @@ class FilterDecision:
         return self.passed[0] if len(self.passed) == 1 else None
 
     @property
-    def nodes_to_hold(self) -> list[str]:
+    def nodes_to_hold(self) -> Sequence[str]:
         """Where to hold the pod's need until it shows up bound: every admitted node,
         when there are few (best-of-K), since the scheduler may pick any of them and
         filters the next pod before this one's bind. Beyond ``HOLD_LIMIT`` nodes the
@@ -111,7 +114,7 @@ def filter_nodes(
     without it each candidate's headroom is computed from its account.
     """
     if policy.mode is Mode.OFF or not demand.wants_hugepages:
-        return FilterDecision(passed=list(candidates))
+        return FilterDecision(passed=candidates)
 
     need = demand.hugepage_bytes
     room = headroom if headroom is not None else _HeadroomOf(accounts)
@@ -120,7 +123,7 @@ def filter_nodes(
         would_reject = [n for n in candidates if need > room_of(n, UNBOUNDED)]
         exceeds_pool = sum(1 for n in would_reject if fits(_account(accounts, n), need) is Fit.EXCEEDS_POOL)
         return FilterDecision(
-            passed=list(candidates),
+            passed=candidates,
             outcome=Outcome.SHADOW,
             insufficient=len(would_reject) - exceeds_pool,
             exceeds_pool=exceeds_pool,
@@ -163,6 +166,24 @@ def filter_nodes(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class HostScores:
+    """A 0..10 score for each candidate, in the candidates' order."""
+
+    names: Sequence[str]
+    scores: npt.NDArray[np.int64]
+
+    @classmethod
+    def neutral(cls, names: Sequence[str]) -> HostScores:
+        return cls(names, np.zeros(len(names), np.int64))
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        return zip(self.names, self.scores.tolist(), strict=True)
+
+
 def prioritize_nodes(
     demand: PodDemand,
     candidates: Sequence[str],
@@ -170,15 +191,15 @@ def prioritize_nodes(
     accounts: Accounts,
     policy: Policy,
     columns: NodeColumns | None = None,
-) -> list[tuple[str, int]]:
+) -> HostScores:
     """A 0..10 score per candidate; neutral (all 0) unless the policy enforces.
 
     With ``columns`` (the same accounts as numpy columns) thousands of nodes are
     scored at once; the scores are the scalar ones.
     """
     if policy.mode is not Mode.ENFORCE or not demand.wants_hugepages:
-        return [(name, 0) for name in candidates]
+        return HostScores.neutral(candidates)
     if columns is not None and len(candidates) > VECTOR_THRESHOLD:
-        scores = priorities(demand, columns.slots(candidates), columns, policy)
-        return list(zip(candidates, scores.tolist(), strict=True))
-    return [(name, priority(node_load(_account(accounts, name), demand, policy))) for name in candidates]
+        return HostScores(candidates, priorities(demand, columns.slots(candidates), columns, policy))
+    scores = (priority(node_load(_account(accounts, name), demand, policy)) for name in candidates)
+    return HostScores(candidates, np.fromiter(scores, np.int64, len(candidates)))

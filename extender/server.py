@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.cluster import ClusterState
 from extender.config import Config
-from extender.decision import FilterDecision, Outcome
+from extender.decision import FilterDecision, HostScores, Outcome
 from extender.metrics import Metrics
 from extender.objects import Pod
 from extender.podrequest import PodDemand
@@ -95,7 +95,7 @@ class Extender:
         args = parse_extender_args(await request.read())
         if not self.state.ready:
             # Prioritize errors are ignored by the scheduler; neutral scores say the same.
-            return web.Response(body=render_priorities((n, 0) for n in args.node_names), content_type=JSON)
+            return web.Response(body=render_priorities(HostScores.neutral(args.node_names)), content_type=JSON)
         pod = args.pod
         demand = self.state.demand_of(pod)
         scores = self.verbs.prioritize(pod.metadata.uid, pod.metadata.namespace, demand, args.node_names)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from extender.cluster import ClusterState
 from extender.config import Config
-from extender.decision import FilterDecision, Reasons, filter_nodes, prioritize_nodes
+from extender.decision import FilterDecision, HostScores, Reasons, filter_nodes, prioritize_nodes
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 
@@ -65,9 +65,7 @@ class ExtenderVerbs:
                 held = self.state.reserve(uid, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
         return decision, held
 
-    def prioritize(
-        self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str]
-    ) -> list[tuple[str, int]]:
+    def prioritize(self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str]) -> HostScores:
         """Scores as if the pod's own hold were not there: it is the pod being placed."""
         policy = self.config.policy_for(namespace)
         accounts = self.state.accounts_without(uid)

@@ -4,7 +4,9 @@ The scheduler's Go types carry no JSON tags, so it sends capitalised keys and
 its decoder matches keys case-insensitively; requests are accepted in any
 casing and answered with the canonical keys. Full Node objects are passed
 through as raw bytes: only their names are decoded, and the answer echoes
-the admitted objects byte for byte.
+the admitted objects byte for byte. A long ``NodeNames`` list is read in place
+(``namelist.NameList``): names are decoded as a decision reads them, and an
+answer passing every candidate echoes the list's bytes.
 
 Requests with the scheduler's own keys take a fast path: one pass that
 decodes the pod and the node names and skips every other field, the same
@@ -17,15 +19,17 @@ and the same error messages.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import starmap
 from typing import Any
 
 import msgspec
+import numpy as np
 
-from extender.decision import FilterDecision
+from extender.decision import FilterDecision, HostScores
+from extender.namelist import NameList
 from extender.objects import NodeName, Pod
+from extender.scoring import MAX_PRIORITY
 
 
 class WireError(ValueError):
@@ -35,7 +39,7 @@ class WireError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ExtenderArgs:
     pod: Pod
-    node_names: list[str]
+    node_names: Sequence[str]  # a list, or a NameList read in place
     # Full-Nodes mode (nodeCacheCapable: false): each node's raw JSON by name, either
     # split already (general path) or split from the request body when first asked for
     # (fast path: ``_body``, and every item's name in request order, repeats included).
@@ -93,21 +97,22 @@ SMALL_CANDIDATE_LIST = 4096  # bytes of NodeNames below which a list is decoded,
 
 
 class _LastCandidates:
-    """The last NodeNames list decoded, kept by its exact bytes.
+    """The last long NodeNames list, read in place and kept by its exact bytes.
 
     kube-scheduler sends every feasible node's name with each pod, so while
     the feasible set stays the same, consecutive requests carry the same
-    bytes. Comparing them costs a few microseconds; decoding 5,000 names into
-    strings (and freeing them after the answer) costs 100 to 200. A hit
-    returns a fresh list of the same strings, so no caller shares the cached
-    one. The event loop is the only caller: no lock.
+    bytes: comparing them costs a few microseconds, and the same immutable
+    ``NameList`` (with whatever it has decoded, and the slots the columns
+    found for it) serves again. The event loop is the only caller: no lock.
     """
 
-    def __init__(self) -> None:
-        self._raw = b""
-        self._names: list[str] = []
+    _KEY = b'"NodeNames":'
 
-    def names(self, raw: msgspec.Raw) -> list[str] | None:
+    def __init__(self) -> None:
+        self._last: NameList | None = None
+        self._tail = b""  # how a request carrying the last list ends
+
+    def names(self, raw: msgspec.Raw) -> Sequence[str] | None:
         """The names in ``raw`` (None for a JSON null); DecodeError if it is not a list of strings."""
         if len(raw) < SMALL_CANDIDATE_LIST:
             # Short lists (prioritize after a best-of-K filter) decode in no time and would
@@ -115,12 +120,27 @@ class _LastCandidates:
             names: list[str] | None = _node_names.decode(raw)
             return names
         data = bytes(raw)
-        if data != self._raw:
-            names = _node_names.decode(data)
-            if names is None:
-                return None
-            self._raw, self._names = data, names
-        return list(self._names)
+        last = self._last
+        if last is not None and data == last.json:
+            return last
+        in_place = NameList.read(data)
+        if in_place is None:
+            return _node_names.decode(data)  # escapes, spaces, non-ASCII: not read in place
+        self._last, self._tail = in_place, self._KEY + data + b"}"
+        return in_place
+
+    def cut_from(self, body: bytes) -> tuple[bytes, NameList] | None:
+        """``body`` with ``null`` in place of the last list, and that list, when ``body``
+        ends with it (the scheduler writes NodeNames last).
+
+        Decoding what is left skips 65 KB of names at 5,000 nodes. The list is one
+        complete JSON value, known valid, so the body with ``null`` in its place is
+        valid exactly when the body is, and decodes to the same pod and keys.
+        """
+        last = self._last
+        if last is None or not body.endswith(self._tail):
+            return None
+        return body[: len(body) - len(self._tail)] + self._KEY + b"null}", last
 
 
 class _RawNodes(msgspec.Struct):
@@ -132,6 +152,11 @@ class _RawNodes(msgspec.Struct):
 class _HostPriority(msgspec.Struct):
     Host: str
     Score: int
+
+
+# What follows each name in a HostPriorityList, by score: rendering is then one join.
+_AFTER_NAME = np.array([f'","Score":{score}}},{{"Host":"' for score in range(MAX_PRIORITY + 1)], dtype=object)
+_AFTER_LAST_NAME = [f'","Score":{score}}}]' for score in range(MAX_PRIORITY + 1)]
 
 
 _top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -172,8 +197,9 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
 
 def _parse_canonical(body: bytes) -> ExtenderArgs | None:
     """The fast path: one field-skipping pass; None when the general path must decide."""
+    repeat = _last_candidates.cut_from(body)
     try:
-        args = _canonical.decode(body)
+        args = _canonical.decode(body if repeat is None else repeat[0])
     except msgspec.DecodeError:
         return None
     if args.Nodes is not None and args.Nodes.items is not None:
@@ -184,6 +210,8 @@ def _parse_canonical(body: bytes) -> ExtenderArgs | None:
         return ExtenderArgs(
             args.Pod, item_names if len(names) == len(item_names) else names, _body=body, _item_names=item_names
         )
+    if repeat is not None:
+        return ExtenderArgs(args.Pod, repeat[1])
     try:
         candidates = _last_candidates.names(args.NodeNames)
     except msgspec.DecodeError:
@@ -240,7 +268,9 @@ def render_filter(args: ExtenderArgs, decision: FilterDecision) -> bytes:
         result["NodeNames"] = None
     else:
         result["Nodes"] = None
-        result["NodeNames"] = decision.passed
+        passed = decision.passed
+        # Every candidate passed: the list goes back as it came, without encoding it again.
+        result["NodeNames"] = msgspec.Raw(passed.json) if isinstance(passed, NameList) else list(passed)
     return _encoder.encode(result)
 
 
@@ -251,9 +281,18 @@ def render_filter_error(message: str) -> bytes:
     )
 
 
-def render_priorities(scores: Iterable[tuple[str, int]]) -> bytes:
-    # Structs encode in C, about twice as fast as one dict per node.
-    return _encoder.encode(list(starmap(_HostPriority, scores)))
+def render_priorities(host_scores: HostScores) -> bytes:
+    names, scores = host_scores.names, host_scores.scores
+    if isinstance(names, NameList) and len(names) and scores.min() >= 0 and scores.max() <= MAX_PRIORITY:
+        # Names read in place need no escaping: the answer is the names joined with
+        # what follows each, about three times as fast as encoding one struct per node.
+        after = _AFTER_NAME[scores].tolist()
+        after[-1] = _AFTER_LAST_NAME[scores[-1]]
+        parts: list[str] = [""] * (2 * len(names))
+        parts[0::2] = names.names()
+        parts[1::2] = after
+        return ('[{"Host":"' + "".join(parts)).encode()
+    return _encoder.encode(list(map(_HostPriority, names, scores.tolist())))
 
 
 def render_binding(error: str = "") -> bytes:

@@ -136,4 +136,6 @@ def test_prioritize_uses_the_same_accounting_and_is_neutral_unless_enforcing() -
     # roomy: 512 / 2000 = 0.256 -> round(7.44) = 7; near-full: (512 + 1490 + 745) / 2000 > 1 -> 0; no pool: 0.5 -> 5
     assert enforce == {"roomy": 7, "near-full": 0, "no-pool": 5}
     for mode in (Mode.OFF, Mode.SHADOW):
-        assert prioritize_nodes(NEED, names, accounts=ACCOUNTS, policy=Policy(mode=mode)) == [(n, 0) for n in names]
+        assert list(prioritize_nodes(NEED, names, accounts=ACCOUNTS, policy=Policy(mode=mode))) == [
+            (n, 0) for n in names
+        ]

@@ -88,3 +88,29 @@ def test_fullscan_stops_widening_once_a_node_fits_in_the_first_round() -> None:
     until_k = best_of_k(NODES, 3, Widening.DRAW_UNTIL_K, lambda n: n == first[0], random.Random(seed))
     assert until_k.kept == [first[0]]
     assert until_k.exhausted
+
+
+def _fisher_yates_in_place(candidates: list[str], draws: int, rng: random.Random) -> list[str]:
+    """The textbook partial shuffle over a copy, to hold the lazy one to."""
+    pool = list(candidates)
+    for i in range(draws):
+        j = rng.randrange(i, len(pool))
+        pool[i], pool[j] = pool[j], pool[i]
+    return pool[:draws]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_draws_are_those_of_a_fisher_yates_shuffle_and_read_only_the_drawn(seed: int) -> None:
+    class Counted(list[str]):
+        reads = 0
+
+        def __getitem__(self, index):  # type: ignore[no-untyped-def]
+            Counted.reads += 1
+            return super().__getitem__(index)
+
+    candidates = Counted(NODES)
+    sample = best_of_k(candidates, 20, Widening.NONE, lambda n: True, random.Random(seed))
+    assert sample.kept == _fisher_yates_in_place(NODES, 20, random.Random(seed))
+    Counted.reads = 0
+    best_of_k(candidates, 3, Widening.NONE, lambda n: True, random.Random(seed))
+    assert Counted.reads == 3

@@ -6,6 +6,8 @@ Pool: 1000 x 2 MiB pages = 2000 MiB. R = 4, alpha = 0.5 (reference defaults).
 import pytest
 
 from extender.capacity import NodeAccount
+from extender.columns import NodeColumns
+from extender.namelist import NameList
 from extender.podrequest import PodDemand
 from extender.policy import Policy
 from extender.scoring import cpu_load, hugepage_load, node_load, priority
@@ -82,3 +84,21 @@ def test_zero_cpus_is_never_preferred() -> None:
 def test_priority_is_round_10_times_headroom(load: float, score: int) -> None:
     # round half up, like Go's math.Round: 10 * (1 - 0.25) = 7.5 -> 8; 10 * 0.05 = 0.5 -> 1
     assert priority(load) == score
+
+
+def test_slots_of_a_name_list_are_kept_until_a_node_gets_or_loses_a_slot() -> None:
+    columns = NodeColumns()
+    for name in ("a", "b", "c"):
+        columns.put(name, node())
+    names = NameList.read(b'["c","a","x"]')
+    assert names is not None
+    first = columns.slots(names)
+    assert first.tolist() == [3, 1, 0]  # slot 0: a node the extender does not know
+    assert not first.flags.writeable
+    columns.put("a", node(used=500))  # a changed account keeps every slot
+    assert columns.slots(names) is first
+    assert columns.slots(["c", "a", "x"]) is not first  # only an immutable NameList is kept
+    columns.put("x", node())
+    assert columns.slots(names).tolist() == [3, 1, 4]
+    columns.drop("c")
+    assert columns.slots(names).tolist() == [0, 1, 4]

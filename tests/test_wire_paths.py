@@ -3,9 +3,13 @@
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from extender.decision import FilterDecision
+from extender.decision import FilterDecision, HostScores
+from extender.namelist import NameList
 from extender.wire import (
     ExtenderArgs,
     WireError,
@@ -13,6 +17,7 @@ from extender.wire import (
     _parse_general,
     parse_extender_args,
     render_filter,
+    render_priorities,
 )
 
 
@@ -69,15 +74,86 @@ def test_fast_path_reads_as_the_general_path(body: dict[str, Any]) -> None:
     _same(again, _parse_general(encoded))
 
 
-def test_a_repeated_candidate_list_is_a_fresh_list_each_time() -> None:
+def test_a_short_repeated_candidate_list_is_a_fresh_list_each_time() -> None:
     encoded = msgspec.json.encode({"Pod": _pod(), "NodeNames": ["a", "b"]})
     first = parse_extender_args(encoded)
+    assert isinstance(first.node_names, list)
     first.node_names.append("mutated")
     second = parse_extender_args(encoded)
     assert second.node_names == ["a", "b"]
     other = parse_extender_args(msgspec.json.encode({"Pod": _pod(), "NodeNames": ["c"]}))
     assert other.node_names == ["c"]
     assert parse_extender_args(encoded).node_names == ["a", "b"]
+
+
+LONG = [f"node-{i:05d}" for i in range(1000)]  # over SMALL_CANDIDATE_LIST bytes of JSON
+
+
+def test_a_long_candidate_list_is_read_in_place_and_served_again_while_its_bytes_repeat() -> None:
+    encoded = msgspec.json.encode({"Pod": _pod(), "NodeNames": LONG})
+    first = parse_extender_args(encoded)
+    assert isinstance(first.node_names, NameList)
+    assert first.node_names == LONG
+    assert parse_extender_args(encoded).node_names is first.node_names  # immutable: safe to share
+    _same(first, _parse_general(encoded))
+    rotated = parse_extender_args(msgspec.json.encode({"Pod": _pod(), "NodeNames": LONG[1:] + LONG[:1]}))
+    assert rotated.node_names is not first.node_names
+    assert list(rotated.node_names) == LONG[1:] + LONG[:1]
+
+
+def test_a_request_ending_with_the_last_list_decodes_only_what_comes_before_it() -> None:
+    first = parse_extender_args(msgspec.json.encode({"Pod": _pod("web-0"), "Nodes": None, "NodeNames": LONG}))
+    other_pod = msgspec.json.encode({"Pod": _pod("web-1"), "Nodes": None, "NodeNames": LONG})
+    again = _parse_canonical(other_pod)
+    assert again is not None
+    assert again.pod.metadata.name == "web-1"
+    assert again.node_names is first.node_names
+    _same(again, _parse_general(other_pod))
+    full = {"Pod": _pod(), "Nodes": {"items": [_node("a")]}, "NodeNames": LONG}  # Nodes still wins
+    _same(parse_extender_args(msgspec.json.encode(full)), _parse_general(msgspec.json.encode(full)))
+    tail = b'"NodeNames":' + msgspec.json.encode(LONG) + b"}"
+    for broken in (b'{"Pod":{"metadata":{"name":7}},' + tail, b'{"Pod":' + tail, b"[" + tail):
+        assert _parse_canonical(broken) is None
+        with pytest.raises(WireError):
+            parse_extender_args(broken)
+
+
+def test_a_long_list_that_is_not_plain_is_decoded() -> None:
+    names = [*LONG, "caf\u00e9", 'quote"d']
+    encoded = msgspec.json.encode({"Pod": _pod(), "NodeNames": names})
+    fast = _parse_canonical(encoded)
+    assert fast is not None
+    assert isinstance(fast.node_names, list)
+    _same(fast, _parse_general(encoded))
+
+
+def test_every_candidate_passing_echoes_the_list_as_it_came() -> None:
+    encoded = msgspec.json.encode({"Pod": _pod(), "NodeNames": LONG})
+    args = parse_extender_args(encoded)
+    answer = render_filter(args, FilterDecision(passed=args.node_names))
+    assert answer == render_filter(args, FilterDecision(passed=list(LONG)))
+    assert msgspec.json.decode(answer)["NodeNames"] == LONG
+
+
+@settings(max_examples=50)
+@given(
+    st.lists(st.from_regex(r"[a-z0-9][-a-z0-9.]{0,30}", fullmatch=True), min_size=1, max_size=80),
+    st.data(),
+)
+def test_priorities_of_names_read_in_place_render_as_structs_do(names: list[str], data: st.DataObject) -> None:
+    scores = np.array(data.draw(st.lists(st.integers(0, 10), min_size=len(names), max_size=len(names))), np.int64)
+    in_place = NameList.read(msgspec.json.encode(names))
+    assert in_place is not None
+    fast = render_priorities(HostScores(in_place, scores))
+    assert fast == render_priorities(HostScores(names, scores))
+    assert msgspec.json.decode(fast) == [{"Host": n, "Score": int(s)} for n, s in zip(names, scores, strict=True)]
+
+
+def test_scores_outside_0_to_10_are_still_rendered() -> None:
+    in_place = NameList.read(b'["a","b"]')
+    assert in_place is not None
+    rendered = render_priorities(HostScores(in_place, np.array([11, -1], np.int64)))
+    assert msgspec.json.decode(rendered) == [{"Host": "a", "Score": 11}, {"Host": "b", "Score": -1}]
 
 
 @pytest.mark.parametrize(

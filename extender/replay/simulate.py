@@ -403,7 +403,7 @@ class Replay:
         passed = decision.passed
         # kube-scheduler calls prioritize only when more than one node is left.
         scores = (
-            self.verbs.prioritize(plan.uid, plan.namespace, demand, passed)
+            list(self.verbs.prioritize(plan.uid, plan.namespace, demand, passed))
             if len(passed) > 1
             else [(n, 0) for n in passed]
         )

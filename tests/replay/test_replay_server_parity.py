@@ -82,7 +82,7 @@ async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client
         if len(decision.passed) > 1:
             scores = replay.verbs.prioritize(plan.uid, plan.namespace, demand, decision.passed)
             body = {"Pod": msgspec.to_builtins(pod), "NodeNames": decision.passed}
-            assert [(s["Host"], s["Score"]) for s in await post(client, "prioritize", body)] == scores
+            assert [(s["Host"], s["Score"]) for s in await post(client, "prioritize", body)] == list(scores)
             node = max(scores, key=lambda entry: entry[1])[0]
 
         if variant.inflight is InFlight.BIND:
