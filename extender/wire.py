@@ -210,15 +210,16 @@ def _parse_canonical(body: bytes) -> ExtenderArgs | None:
         return ExtenderArgs(
             args.Pod, item_names if len(names) == len(item_names) else names, _body=body, _item_names=item_names
         )
-    if repeat is not None:
-        return ExtenderArgs(args.Pod, repeat[1])
+    candidates = repeat[1] if repeat is not None else _candidates(args.NodeNames)
+    return None if candidates is None else ExtenderArgs(args.Pod, candidates)
+
+
+def _candidates(raw: msgspec.Raw) -> Sequence[str] | None:
+    """The names in NodeNames; None when the general path must decide (a null, an error)."""
     try:
-        candidates = _last_candidates.names(args.NodeNames)
+        return _last_candidates.names(raw)
     except msgspec.DecodeError:
         return None
-    if candidates is None:
-        return None
-    return ExtenderArgs(args.Pod, candidates)
 
 
 def _parse_general(body: bytes) -> ExtenderArgs:
