@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from extender.cluster import ClusterState
+
+M = TypeVar("M", bound=MetricWrapperBase)
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -58,6 +63,16 @@ class Metrics:
         self.nodes = Gauge("hugepage_extender_cached_nodes", "Nodes in the extender's cache.", registry=r)
         self.pods = Gauge("hugepage_extender_cached_pods", "Bound, non-terminal pods in the cache.", registry=r)
         self.inflight = Gauge("hugepage_extender_inflight_placements", "Placements in flight now.", registry=r)
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
+
+    def child(self, metric: M, *labels: str) -> M:
+        """``metric.labels(*labels)``, kept: every request counts in a few of them, and
+        ``labels`` validates and locks each time. Label values are bounded sets."""
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found  # type: ignore[return-value]
 
     def watch_state(self, state: ClusterState) -> None:
         """Gauges read the state at scrape time, so they are never stale."""

@@ -245,3 +245,12 @@ async def test_metrics_count_requests_and_bad_requests(client: Client) -> None:
     assert 'hugepage_extender_requests_total{code="400",verb="filter"} 1.0' in metrics
     assert "hugepage_extender_ready 1.0" in metrics
     assert "hugepage_extender_cached_nodes 4.0" in metrics
+
+
+async def test_posts_to_other_paths_are_404_and_leave_no_metric_series(client: Client) -> None:
+    for path in ("no-such-verb", "x/y/z"):
+        assert (await client.post(f"/{path}", data=b"{}")).status == 404
+    assert (await client.post("/healthz", data=b"{}")).status == 405
+    metrics = await (await client.get("/metrics")).text()
+    assert "no-such-verb" not in metrics
+    assert 'code="404"' not in metrics
