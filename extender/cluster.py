@@ -56,7 +56,8 @@ class ClusterState:
         self._clock = clock
         self.accounts: dict[str, NodeAccount] = {}
         self.headroom: dict[str, int] = {}  # capacity.headroom_bytes of every account
-        self.columns = NodeColumns()  # the accounts again, as numpy columns for scoring
+        self._columns = NodeColumns()  # the accounts again, as numpy columns for scoring
+        self._stale_columns: set[str] = set()  # accounts changed since the columns last saw them
         self._nodes: dict[str, NodeCapacity] = {}
         self._pods: dict[str, PodUsage] = {}
         self._used_pages: defaultdict[str, int] = defaultdict(int)
@@ -65,6 +66,20 @@ class ClusterState:
         self.ready = False
 
     # -- what decisions and diagnostics read ---------------------------------
+
+    @property
+    def columns(self) -> NodeColumns:
+        """The accounts as numpy columns, brought up to date when read: only a
+        prioritize over many nodes reads them, while every hold and every pod
+        event changes accounts."""
+        if self._stale_columns:
+            accounts = self.accounts
+            for name in self._stale_columns:
+                account = accounts.get(name)
+                if account is not None:
+                    self._columns.put(name, account)
+            self._stale_columns.clear()
+        return self._columns
 
     @property
     def node_count(self) -> int:
@@ -120,9 +135,10 @@ class ClusterState:
     def _rebuild_accounts(self) -> None:
         self.accounts = {name: self._account(name) for name in self._nodes}
         self.headroom = {name: headroom_bytes(account) for name, account in self.accounts.items()}
-        self.columns.clear()
+        self._stale_columns.clear()
+        self._columns.clear()
         for name, account in self.accounts.items():
-            self.columns.put(name, account)
+            self._columns.put(name, account)
 
     def _install_pods(self, usages: dict[str, PodUsage]) -> None:
         self._pods = usages
@@ -146,7 +162,7 @@ class ClusterState:
         self._nodes.pop(name, None)
         self.accounts.pop(name, None)
         self.headroom.pop(name, None)
-        self.columns.drop(name)
+        self._columns.drop(name)
 
     def apply_pod(self, pod: Pod) -> None:
         self.apply_pod_record(self.pod_record(pod))
@@ -256,4 +272,4 @@ class ClusterState:
                 account = self._account(name)
                 self.accounts[name] = account
                 self.headroom[name] = headroom_bytes(account)
-                self.columns.put(name, account)
+                self._stale_columns.add(name)

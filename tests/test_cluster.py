@@ -144,3 +144,35 @@ def test_a_hold_on_several_nodes_counts_on_each_until_the_pod_is_seen_bound(stat
     assert state.accounts["a"].pending_bytes == 0
     assert state.accounts["b"].pending_bytes == GiB  # only u's hold is left
     assert state.inflight_count == 1
+
+
+def test_columns_read_after_any_change_hold_the_accounts_of_that_moment(state: ClusterState) -> None:
+    def column_rows() -> dict[str, tuple[int, ...]]:
+        columns = state.columns
+        slots = columns.slots(sorted(state.accounts)).tolist()
+        fields = ("total_pages", "committed_pages", "pending_pages", "used_pages", "cpu_busy_millis")
+        return {
+            name: tuple(int(columns.column(f)[slot]) for f in fields)
+            for name, slot in zip(sorted(state.accounts), slots, strict=True)
+        }
+
+    def account_rows() -> dict[str, tuple[int, ...]]:
+        return {
+            name: (
+                a.total_pages,
+                a.committed_pages,
+                a.pending_pages,
+                a.used_pages,
+                a.cpu_requested_millis + a.pending_cpu_millis,
+            )
+            for name, a in sorted(state.accounts.items())
+        }
+
+    assert column_rows() == account_rows()
+    state.reserve("uid-new", ["a", "b"], PodDemand(GiB, 500), 30)
+    state.apply_pod(make_pod("p3", hugepages="1Gi", cpu="1", node="b", phase="Running"))
+    state.remove_node("c")
+    state.apply_node(make_node("d", hugepages="8Gi"))
+    assert column_rows() == account_rows()
+    state.release("uid-new")
+    assert column_rows() == account_rows()
