@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import signal
 import socket
@@ -39,6 +40,7 @@ from benchmarks.stats import percentile
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEADERS = {"Content-Type": "application/json"}
+NEW_POD = "new-%09d"  # a fixed width: each new pod's body is the first one with its uid replaced
 COLUMNS = [
     "nodes",
     "mode",
@@ -170,7 +172,7 @@ def _check(url: str, answer: bytes, expect_nodes: int | None) -> None:
 async def measure(
     session: aiohttp.ClientSession,
     url: str,
-    body: bytes | Sequence[bytes],
+    body: bytes | Sequence[bytes] | Callable[[int], bytes],
     *,
     clients: int,
     budget: Budget,
@@ -178,10 +180,15 @@ async def measure(
 ) -> Load:
     """Latency of each request and the wall time, ``clients`` requests in flight at once.
 
-    Several bodies are sent in turn (request i sends ``body[i % len(body)]``).
+    Several bodies are sent in turn (request i sends ``body[i % len(body)]``), or
+    ``body(i)`` is request i's body (built before its clock starts).
     """
-    bodies = [body] if isinstance(body, bytes) else list(body)
-    answers = await asyncio.gather(*(_post(session, url, bodies[0]) for _ in range(clients)))  # opens connections
+    if callable(body):
+        body_of = body
+    else:
+        bodies = [body] if isinstance(body, bytes) else list(body)
+        body_of = lambda i: bodies[i % len(bodies)]  # noqa: E731
+    answers = await asyncio.gather(*(_post(session, url, body_of(-1 - i)) for i in range(clients)))  # connections
     _check(url, answers[0], expect_nodes)
     latencies: list[float] = []
     sent = 0
@@ -195,11 +202,24 @@ async def measure(
             if now >= latest or (now >= soonest and len(latencies) >= budget.min_requests):
                 return
             sent += 1
-            await _post(session, url, bodies[sent % len(bodies)])
-            latencies.append(time.perf_counter() - now)
+            request = body_of(sent)
+            started_one = time.perf_counter()
+            await _post(session, url, request)
+            latencies.append(time.perf_counter() - started_one)
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return Load(latencies, time.perf_counter() - started)
+
+
+def _new_pods(documents: list[dict[str, Any]], full: bool) -> Callable[[int], bytes]:
+    """Request bodies for a new pod each call (a uid this server has not seen)."""
+    first = request_body(documents, full_nodes=full, hugepages="1Gi", pod_name=NEW_POD % 0)
+    uids = itertools.count(1)
+
+    def body(_: int) -> bytes:
+        return first.replace(b"uid-bench-" + NEW_POD.encode() % 0, b"uid-bench-" + NEW_POD.encode() % next(uids))
+
+    return body
 
 
 def _row(
@@ -257,11 +277,12 @@ async def _size(
             }
             body = bodies[("1Gi", "bench")]
             rotated = request_body(documents[1:] + documents[:1], full_nodes=full, hugepages="1Gi")
+            new_pod_body = _new_pods(documents, full)
             for clients in clients_levels:
 
                 async def run(
                     url: str,
-                    body: bytes | list[bytes],
+                    body: bytes | list[bytes] | Callable[[int], bytes],
                     expect: int | None = None,
                     *,
                     c: int = clients,
@@ -310,6 +331,22 @@ async def _size(
                             )
                         )
                 if not full:
+                    # kube-scheduler filters each pod once (the rows above send the same pod again, a
+                    # retry: its previous hold is released first). A new pod each call holds nodes
+                    # without releasing any; its hold ends when it shows up bound, off this path.
+                    load = await run(f"{ours}/filter", new_pod_body, 3)
+                    rows.append(
+                        _row(
+                            nodes,
+                            full,
+                            "filter, a new pod each call",
+                            k=3,
+                            hugepages="yes",
+                            clients=clients,
+                            load=load,
+                            null=null_f,
+                        )
+                    )
                     # kube-scheduler lists feasible nodes in the order its parallel filter finds them, so
                     # the same candidates often come in another order: every request misses the wire's
                     # last-candidates cache here (the rows above repeat one body, and hit it).

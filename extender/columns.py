@@ -13,7 +13,7 @@ from operator import itemgetter
 import numpy as np
 import numpy.typing as npt
 
-from extender.capacity import NodeAccount
+from extender.capacity import UNBOUNDED, NodeAccount, headroom_bytes
 from extender.namelist import NameList
 
 IntColumn = npt.NDArray[np.int64]
@@ -26,6 +26,7 @@ _FIELDS = (
     "used_pages",
     "cpu_millis",
     "cpu_busy_millis",
+    "headroom",  # capacity.headroom_bytes
 )
 
 
@@ -35,6 +36,7 @@ class NodeColumns:
         self._free: list[int] = []
         self._size = 1  # slot 0: the unknown node
         self._columns: dict[str, IntColumn] = {f: np.zeros(capacity, dtype=np.int64) for f in _FIELDS}
+        self._columns["headroom"][0] = UNBOUNDED  # an unknown node is admitted, as one without a pool
         self._layout = 0  # changes whenever a name gets or loses a slot
         self._last: tuple[NameList, int, npt.NDArray[np.intp]] | None = None
 
@@ -58,6 +60,7 @@ class NodeColumns:
         c["used_pages"][slot] = account.used_pages
         c["cpu_millis"][slot] = account.cpu_millis
         c["cpu_busy_millis"][slot] = account.cpu_requested_millis + account.pending_cpu_millis
+        c["headroom"][slot] = headroom_bytes(account)
 
     def drop(self, name: str) -> None:
         slot = self._slot.pop(name, None)

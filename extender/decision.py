@@ -7,7 +7,7 @@ so a node the filter admits is never scored as if it could not hold the pod.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -16,9 +16,10 @@ import numpy.typing as npt
 
 from extender.capacity import NO_POOL_ACCOUNT, UNBOUNDED, Fit, NodeAccount, fits, headroom_bytes
 from extender.columns import NodeColumns
+from extender.namelist import NameList
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
-from extender.sampling import best_of_k
+from extender.sampling import Sample, best_of_k
 from extender.scoring import node_load, priorities, priority
 
 Accounts = Mapping[str, NodeAccount]
@@ -106,12 +107,15 @@ def filter_nodes(
     reasons: Reasons,
     rng: random.Random,
     headroom: Mapping[str, int] | None = None,
+    columns: NodeColumns | None = None,
 ) -> FilterDecision:
     """Which candidates may receive the pod, under the pod's namespace policy.
 
     ``headroom`` (``capacity.headroom_bytes`` of every account, kept by the
     cluster state) makes admission one dict lookup and one comparison per node;
-    without it each candidate's headroom is computed from its account.
+    without it each candidate's headroom is computed from its account. A policy
+    that examines every candidate does so in one numpy comparison over
+    ``columns`` (the same headroom, by slot) when there are many.
     """
     if policy.mode is Mode.OFF or not demand.wants_hugepages:
         return FilterDecision(passed=candidates)
@@ -119,20 +123,12 @@ def filter_nodes(
     need = demand.hugepage_bytes
     room = headroom if headroom is not None else _HeadroomOf(accounts)
     room_of = room.get
-    if policy.mode is Mode.SHADOW:
-        would_reject = [n for n in candidates if need > room_of(n, UNBOUNDED)]
-        exceeds_pool = sum(1 for n in would_reject if fits(_account(accounts, n), need) is Fit.EXCEEDS_POOL)
-        return FilterDecision(
-            passed=candidates,
-            outcome=Outcome.SHADOW,
-            insufficient=len(would_reject) - exceeds_pool,
-            exceeds_pool=exceeds_pool,
-            examined=len(candidates),
+    if policy.examines_every_candidate:
+        sample = _examine_every(need, candidates, room_of, columns)
+    else:
+        sample = best_of_k(
+            candidates, policy.sample_size, policy.widening, lambda name: need <= room_of(name, UNBOUNDED), rng
         )
-
-    sample = best_of_k(
-        candidates, policy.sample_size, policy.widening, lambda name: need <= room_of(name, UNBOUNDED), rng
-    )
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     for name in sample.rejected:
@@ -142,6 +138,14 @@ def filter_nodes(
             failed[name] = reasons.insufficient
     insufficient, exceeds_pool = len(failed), len(unresolvable)
 
+    if policy.mode is Mode.SHADOW:
+        return FilterDecision(
+            passed=candidates,
+            outcome=Outcome.SHADOW,
+            insufficient=insufficient,
+            exceeds_pool=exceeds_pool,
+            examined=len(candidates),
+        )
     if sample.kept:
         outcome = Outcome.FIT
     elif not sample.exhausted:
@@ -164,6 +168,23 @@ def filter_nodes(
         examined=len(sample.kept) + len(sample.rejected),
         widened=sample.widened,
     )
+
+
+def _examine_every(
+    need: int, candidates: Sequence[str], room_of: Callable[[str, int], int], columns: NodeColumns | None
+) -> Sample[str]:
+    """Every candidate, split into those with room for ``need`` and the others, in order."""
+    if columns is None or len(candidates) <= VECTOR_THRESHOLD:
+        kept: list[str] = []
+        rejected: list[str] = []
+        for name in candidates:
+            (kept if need <= room_of(name, UNBOUNDED) else rejected).append(name)
+        return Sample(kept, rejected, exhausted=True, widened=False)
+    admitted = need <= columns.column("headroom")[columns.slots(candidates)]
+    if admitted.all():
+        return Sample(candidates, [], exhausted=True, widened=False)  # echoed as it came
+    names = np.array(candidates.names() if isinstance(candidates, NameList) else candidates, dtype=object)
+    return Sample(names[admitted].tolist(), names[~admitted].tolist(), exhausted=True, widened=False)
 
 
 @dataclass(frozen=True, slots=True)

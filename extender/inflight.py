@@ -11,13 +11,15 @@ never read here.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
+class Reservation(msgspec.Struct, frozen=True, gc=False):
     nodes: tuple[str, ...]
     hugepage_bytes: int
     cpu_millis: int
@@ -29,7 +31,10 @@ class InFlightLedger:
         self._by_uid: dict[str, Reservation] = {}
         self._bytes: defaultdict[str, int] = defaultdict(int)
         self._cpu: defaultdict[str, int] = defaultdict(int)
-        self._next_expiry = float("inf")
+        # Deadlines, soonest first: (expires_at, order of holding, uid, the reservation it was
+        # set for). An entry whose reservation was released or replaced is dropped when it comes up.
+        self._deadlines: list[tuple[float, int, str, Reservation]] = []
+        self._holds = itertools.count()
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -54,7 +59,12 @@ class InFlightLedger:
         for node in reservation.nodes:
             self._bytes[node] += reservation.hugepage_bytes
             self._cpu[node] += reservation.cpu_millis
-        self._next_expiry = min(self._next_expiry, reservation.expires_at)
+        deadlines = self._deadlines
+        if len(deadlines) > 2 * len(self._by_uid) + 64:
+            # Pods held again and again leave stale entries: drop them, O(1) per hold overall.
+            deadlines[:] = [entry for entry in deadlines if self._by_uid.get(entry[2]) is entry[3]]
+            heapq.heapify(deadlines)
+        heapq.heappush(deadlines, (reservation.expires_at, next(self._holds), uid, reservation))
         touched.update(reservation.nodes)
         return touched
 
@@ -70,13 +80,13 @@ class InFlightLedger:
         return set(reservation.nodes)
 
     def expire(self, now: float) -> set[str]:
-        """Drop reservations past their deadline (the pod never showed up bound)."""
-        if now < self._next_expiry:
-            return set()
+        """Drop reservations past their deadline (the pod never showed up bound): O(log n) each."""
         touched: set[str] = set()
-        for uid in [uid for uid, r in self._by_uid.items() if r.expires_at <= now]:
-            touched |= self.release(uid)
-        self._next_expiry = min((r.expires_at for r in self._by_uid.values()), default=float("inf"))
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, _, uid, reservation = heapq.heappop(deadlines)
+            if self._by_uid.get(uid) is reservation:
+                touched |= self.release(uid)
         return touched
 
 

@@ -37,6 +37,11 @@ class Policy:
     reservation_timeout_seconds: float = 30.0
     need_from_memory: bool = False
 
+    @property
+    def examines_every_candidate(self) -> bool:
+        """Shadow counts every would-be rejection; K = 0 passes every fitting node."""
+        return self.mode is Mode.SHADOW or self.sample_size <= 0
+
 
 PASSTHROUGH = Policy(mode=Mode.OFF)
 

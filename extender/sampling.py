@@ -19,8 +19,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Sample(Generic[T]):
-    kept: list[T]  # accepted candidates, at most K (every one when K = 0)
-    rejected: list[T]  # candidates examined and not accepted
+    kept: Sequence[T]  # accepted candidates: at most K, or every one when all are examined
+    rejected: Sequence[T]  # candidates examined and not accepted
     exhausted: bool  # every candidate was examined
     widened: bool  # the widening strategy had to act
 
@@ -58,14 +58,7 @@ def best_of_k(
     accept: Callable[[T], bool],
     rng: random.Random,
 ) -> Sample[T]:
-    """Keep up to ``k`` accepted candidates (``k == 0``: every accepted candidate)."""
-    if k <= 0:
-        every: list[T] = []
-        others: list[T] = []
-        for candidate in candidates:
-            (every if accept(candidate) else others).append(candidate)
-        return Sample(every, others, exhausted=True, widened=False)
-
+    """Keep up to ``k`` (at least 1) accepted candidates, drawn at random."""
     draws = _Draws(candidates, rng)
     kept: list[T] = []
     rejected: list[T] = []

@@ -55,6 +55,8 @@ class ExtenderVerbs:
             reasons=self.reasons,
             rng=self.rng,
             headroom=self.state.headroom,
+            # Read only when needed: reading brings the columns up to date.
+            columns=self.state.columns if policy.examines_every_candidate else None,
         )
         held = False
         if demand.wants_hugepages:

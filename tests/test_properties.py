@@ -2,13 +2,16 @@
 
 import dataclasses
 import random
+from collections.abc import Sequence
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.capacity import Fit, NodeAccount, fits, headroom_bytes
 from extender.columns import NodeColumns
-from extender.decision import Reasons, filter_nodes, prioritize_nodes
+from extender.decision import VECTOR_THRESHOLD, Reasons, filter_nodes, prioritize_nodes
+from extender.namelist import NameList
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, Widening
 from extender.scoring import hugepage_load, node_load, priorities, priority
@@ -131,3 +134,34 @@ def test_vectorized_scores_equal_the_scalar_ones(
         else priority(node_load(NodeAccount(), demand, policy))
         for i, n in enumerate(names)
     ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    cluster=clusters,
+    demand=demands,
+    mode=st.sampled_from([Mode.ENFORCE, Mode.SHADOW]),
+    picks=st.lists(st.integers(0, 30), min_size=VECTOR_THRESHOLD + 1, max_size=150),
+    in_place=st.booleans(),
+)
+def test_examining_every_candidate_on_the_columns_decides_as_the_table_does(
+    cluster: dict[str, NodeAccount], demand: PodDemand, mode: Mode, picks: list[int], in_place: bool
+) -> None:
+    known = sorted(cluster)
+    names = [known[p] if p < len(known) else f"unknown-{p}" for p in picks]  # repeats too
+    candidates: Sequence[str] = names
+    if in_place:
+        read = NameList.read(msgspec.json.encode(names))
+        assert read is not None
+        candidates = read
+    columns = NodeColumns(capacity=2)
+    for name, account in cluster.items():
+        columns.put(name, account)
+    table = {name: headroom_bytes(account) for name, account in cluster.items()}
+    policy = Policy(mode=mode, sample_size=0)
+    rng = random.Random(1)
+    kwargs = {"accounts": cluster, "policy": policy, "reasons": REASONS, "rng": rng, "headroom": table}
+    vector = filter_nodes(demand, candidates, columns=columns, **kwargs)  # type: ignore[arg-type]
+    scalar = filter_nodes(demand, names, **kwargs)  # type: ignore[arg-type]
+    assert list(vector.passed) == list(scalar.passed)
+    assert dataclasses.replace(vector, passed=[]) == dataclasses.replace(scalar, passed=[])
