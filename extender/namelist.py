@@ -28,12 +28,11 @@ _decoder = msgspec.json.Decoder(list[str])
 class NameList(Sequence[str]):
     """An immutable sequence of the names in ``json``; ``json`` is kept and may be echoed."""
 
-    __slots__ = ("_ends", "_names", "_reads", "_starts", "json")
+    __slots__ = ("_commas", "_names", "_reads", "json")
 
-    def __init__(self, json: bytes, starts: npt.NDArray[np.intp], ends: npt.NDArray[np.intp]) -> None:
+    def __init__(self, json: bytes, commas: npt.NDArray[np.intp]) -> None:
         self.json = json
-        self._starts = starts
-        self._ends = ends
+        self._commas = commas  # where the separators' commas are: name i ends 2 bytes before comma i
         self._names: list[str] | None = None
         self._reads = 0
 
@@ -42,36 +41,35 @@ class NameList(Sequence[str]):
         """The names in ``json``, or None when it is not a plain array of names.
 
         Plain: ``["a","b",...]`` with no whitespace, escapes or characters outside
-        printable ASCII. Then every quote belongs to a separator ``","`` or to the
-        two ends, so the commas alone say where each name starts and ends.
+        printable ASCII. Checked whole, so that what is read in place is a valid
+        JSON array of strings: every comma is a separator ``","`` of its own (no
+        quote shared by two) and there is no other quote, so the commas alone say
+        where each name starts and ends.
         """
         if json == b"[]":
-            return cls(json, np.zeros(0, np.intp), np.zeros(0, np.intp))
+            return cls(json, np.zeros(0, np.intp))
         size = len(json)
         if size < 4 or json[:2] != b'["' or json[-2:] != b'"]' or b"\\" in json:
             return None
         data = np.frombuffer(json, np.uint8)
         if data.min() < _SPACE or data.max() >= _DEL:
             return None
-        commas = np.flatnonzero(data == _COMMA)
-        if np.count_nonzero(data == _QUOTE) != 2 * len(commas) + 2:
-            return None  # a quote that is not beside a separator or at an end
-        ends = np.empty(len(commas) + 1, np.intp)
-        ends[:-1], ends[-1] = commas - 1, size - 2
-        starts = np.empty(len(commas) + 1, np.intp)
-        starts[0], starts[1:] = 2, commas + 2
-        # Every comma a separator ``","`` of its own (no quote shared by two), every name
-        # between its quotes: then the count above leaves no quote unaccounted for.
+        quotes = data == _QUOTE
+        commas = (data == _COMMA).nonzero()[0]
+        if np.count_nonzero(quotes) != 2 * len(commas) + 2:
+            return None
         if len(commas) and not (
-            bool((data[ends[:-1]] == _QUOTE).all())
-            and bool((data[starts[1:] - 1] == _QUOTE).all())
-            and bool((starts <= ends).all())
+            commas[0] >= 3  # the opening quote is not the first separator's
+            and commas[-1] <= size - 4  # nor the closing one the last separator's
+            and (len(commas) == 1 or np.diff(commas).min() >= 3)  # no quote shared by two
+            and quotes[commas - 1].all()
+            and quotes[commas + 1].all()
         ):
             return None
-        return cls(json, starts, ends)
+        return cls(json, commas)
 
     def __len__(self) -> int:
-        return len(self._starts)
+        return len(self._commas) + 1 if len(self.json) > 2 else 0
 
     @overload
     def __getitem__(self, index: int) -> str: ...
@@ -86,7 +84,14 @@ class NameList(Sequence[str]):
         if self._reads > 64:
             # A scan is under way (a widened best-of-K): one pass decodes the rest for less.
             return self.names()[index]
-        return self.json[self._starts[index] : self._ends[index]].decode("ascii")
+        count = len(self)
+        if not -count <= index < count:
+            raise IndexError("NameList index out of range")
+        index %= count
+        commas = self._commas
+        start = 2 if index == 0 else int(commas[index - 1]) + 2
+        end = len(self.json) - 2 if index == count - 1 else int(commas[index]) - 1
+        return self.json[start:end].decode("ascii")
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())

@@ -130,17 +130,26 @@ class _LastCandidates:
         return in_place
 
     def cut_from(self, body: bytes) -> tuple[bytes, NameList] | None:
-        """``body`` with ``null`` in place of the last list, and that list, when ``body``
-        ends with it (the scheduler writes NodeNames last).
+        """``body`` with ``null`` in place of its NodeNames list, and that list read in
+        place, when the list comes last (as the scheduler writes it) and is long and plain.
 
-        Decoding what is left skips 65 KB of names at 5,000 nodes. The list is one
-        complete JSON value, known valid, so the body with ``null`` in its place is
-        valid exactly when the body is, and decodes to the same pod and keys.
+        Decoding what is left skips 65 KB of names at 5,000 nodes. ``NameList.read``
+        proves the list one complete, valid JSON value, so the body with ``null`` in its
+        place is valid exactly when the body is, and decodes to the same pod and keys
+        (a ``"NodeNames":`` inside a string would leave that string open).
         """
         last = self._last
-        if last is None or not body.endswith(self._tail):
+        if last is not None and body.endswith(self._tail):
+            return body[: len(body) - len(self._tail)] + self._KEY + b"null}", last
+        at = body.rfind(self._KEY)
+        if at < 0 or len(body) - at < SMALL_CANDIDATE_LIST or not body.endswith(b"]}"):
             return None
-        return body[: len(body) - len(self._tail)] + self._KEY + b"null}", last
+        data = body[at + len(self._KEY) : -1]
+        in_place = NameList.read(data)
+        if in_place is None:
+            return None
+        self._last, self._tail = in_place, self._KEY + data + b"}"
+        return body[:at] + self._KEY + b"null}", in_place
 
 
 class _RawNodes(msgspec.Struct):

@@ -111,11 +111,15 @@ def test_a_request_ending_with_the_last_list_decodes_only_what_comes_before_it()
     _same(again, _parse_general(other_pod))
     full = {"Pod": _pod(), "Nodes": {"items": [_node("a")]}, "NodeNames": LONG}  # Nodes still wins
     _same(parse_extender_args(msgspec.json.encode(full)), _parse_general(msgspec.json.encode(full)))
-    tail = b'"NodeNames":' + msgspec.json.encode(LONG) + b"}"
-    for broken in (b'{"Pod":{"metadata":{"name":7}},' + tail, b'{"Pod":' + tail, b"[" + tail):
-        assert _parse_canonical(broken) is None
-        with pytest.raises(WireError):
-            parse_extender_args(broken)
+    for names in (LONG, LONG[::-1]):  # the last list, and one not seen before
+        tail = b'"NodeNames":' + msgspec.json.encode(names) + b"}"
+        for broken in (b'{"Pod":{"metadata":{"name":7}},' + tail, b'{"Pod":' + tail, b"[" + tail):
+            assert _parse_canonical(broken) is None
+            with pytest.raises(WireError):
+                parse_extender_args(broken)
+    tricky = {"Pod": _pod(), "NodeNames": LONG[::-1]}
+    tricky["Pod"]["metadata"]["annotations"] = {"a": '"NodeNames":["x"]}'}
+    _same(parse_extender_args(msgspec.json.encode(tricky)), _parse_general(msgspec.json.encode(tricky)))
 
 
 def test_a_long_list_that_is_not_plain_is_decoded() -> None:
