@@ -117,8 +117,9 @@ def test_a_request_ending_with_the_last_list_decodes_only_what_comes_before_it()
             assert _parse_canonical(broken) is None
             with pytest.raises(WireError):
                 parse_extender_args(broken)
-    tricky = {"Pod": _pod(), "NodeNames": LONG[::-1]}
-    tricky["Pod"]["metadata"]["annotations"] = {"a": '"NodeNames":["x"]}'}
+    pod = _pod()
+    pod["metadata"]["annotations"] = {"a": '"NodeNames":["x"]}'}
+    tricky = {"Pod": pod, "NodeNames": LONG[::-1]}
     _same(parse_extender_args(msgspec.json.encode(tricky)), _parse_general(msgspec.json.encode(tricky)))
 
 
