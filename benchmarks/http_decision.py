@@ -212,8 +212,13 @@ async def measure(
 
 
 def _new_pods(documents: list[dict[str, Any]], full: bool) -> Callable[[int], bytes]:
-    """Request bodies for a new pod each call (a uid this server has not seen)."""
-    first = request_body(documents, full_nodes=full, hugepages="1Gi", pod_name=NEW_POD % 0)
+    """Request bodies for a new pod each call (a uid this server has not seen).
+
+    Each holds its need on the 3 nodes it is admitted to until the hold expires (no pod
+    ever binds here): one page each, so that the thousands of holds a cell leaves
+    behind do not fill the pools the next cells are measured on.
+    """
+    first = request_body(documents, full_nodes=full, hugepages="2Mi", pod_name=NEW_POD % 0)
     uids = itertools.count(1)
 
     def body(_: int) -> bytes:

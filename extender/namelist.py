@@ -32,7 +32,7 @@ class NameList(Sequence[str]):
 
     def __init__(self, json: bytes, commas: npt.NDArray[np.intp]) -> None:
         self.json = json
-        self._commas = commas  # where the separators' commas are: name i ends 2 bytes before comma i
+        self._commas = commas  # the separators' commas: name i ends at the quote before comma i
         self._names: list[str] | None = None
         self._reads = 0
 

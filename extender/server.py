@@ -9,7 +9,6 @@ become clear 4xx answers (with an honest log line), anything else a logged
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import signal
@@ -172,9 +171,9 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int, large_b
     A wrapper per route rather than an aiohttp middleware: the scheduler waits on
     every call, and a middleware chain costs each request more (about 15 us here).
     Requests with large bodies (full Nodes: 10 MB at 5,000 nodes) are answered one
-    at a time, from reading the body to building the answer: the event loop decides
+    at a time, from reading the body to sending the answer: the event loop decides
     one at a time anyway, and a body waiting its turn stays in the socket instead of
-    in memory, so memory grows with one large body, not with every client's.
+    in memory, so memory grows with one large request, not with every client's.
     """
 
     async def answer(request: web.Request) -> web.StreamResponse:
@@ -183,8 +182,15 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int, large_b
         size = request.content_length
         try:
             try:
-                async with contextlib.nullcontext() if size is not None and size < LARGE_BODY_BYTES else large_bodies:
+                if size is not None and size < LARGE_BODY_BYTES:
                     response = await handler(request)
+                else:
+                    async with large_bodies:
+                        response = await handler(request)
+                        # Sent before the next large body is read: an answer left in the
+                        # transport's buffer for a slow reader would be memory too.
+                        await response.prepare(request)
+                        await response.write_eof()
             except (WireError, QuantityError) as error:
                 log.warning("bad %s request from %s: %s", verb, request.remote, error)
                 response = web.Response(status=400, body=render_error(str(error)), content_type=JSON)
@@ -194,6 +200,8 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int, large_b
                 response = web.Response(status=413, body=render_error(message), content_type=JSON)
             except (web.HTTPException, asyncio.CancelledError):
                 raise
+            except ConnectionResetError:
+                raise  # the client went away while a large answer was sent: nothing to answer
             except Exception:
                 log.exception("%s request failed", verb)
                 response = web.Response(status=500, body=render_error("internal error"), content_type=JSON)
