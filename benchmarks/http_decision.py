@@ -267,7 +267,7 @@ async def _size(
     clients_levels: Sequence[int],
     budgets: dict[str, Budget],
     *,
-    mode_done: Callable[[bool], None] = lambda full: None,
+    cells_done: Callable[[bool, int], None] = lambda full, clients: None,
 ) -> list[dict[str, Any]]:
     documents = node_documents(nodes)
     rows: list[dict[str, Any]] = []
@@ -375,7 +375,7 @@ async def _size(
                     rows.append(
                         _row(nodes, full, "floor prioritize", k="-", hugepages="-", clients=clients, load=floor_p)
                     )
-            mode_done(full)
+                cells_done(full, clients)
     return rows
 
 
@@ -391,7 +391,8 @@ def run(
 
     ``memory`` gets one row per size: our server's resident set once it holds
     ``extender_server``'s cluster, after the NodeNames cells, after the full-Nodes cells
-    (requests of up to 30 MB, ``clients`` at once), and at its peak.
+    (requests of up to 30 MB, ``clients`` at once), and at its peak: after the one-client
+    full-Nodes cells (as one scheduler sends them) and overall.
     """
     budgets = budgets or (QUICK if quick else FULL)
     rows: list[dict[str, Any]] = []
@@ -401,12 +402,14 @@ def run(
                 figures: dict[str, Any] = {"nodes": nodes, "pods": min(nodes * PODS_PER_NODE, MAX_PODS)}
                 figures["loaded rss MiB"] = ours.memory_mib()["rss_mib"]
 
-                def mode_done(full: bool, server: Server = ours, into: dict[str, Any] = figures) -> None:
+                def cells_done(full: bool, at_once: int, server: Server = ours, into: dict[str, Any] = figures) -> None:
                     now = server.memory_mib()
                     into["rss MiB after full Nodes" if full else "rss MiB after NodeNames"] = now["rss_mib"]
                     into["peak rss MiB"] = now["peak_rss_mib"]
+                    if full and at_once == 1:  # as one scheduler sends them: one at a time
+                        into["peak rss MiB, full Nodes one at a time"] = now["peak_rss_mib"]
 
-                rows.extend(asyncio.run(_size(nodes, ours.url, null.url, clients, budgets, mode_done=mode_done)))
+                rows.extend(asyncio.run(_size(nodes, ours.url, null.url, clients, budgets, cells_done=cells_done)))
                 if memory is not None:
                     memory.append(figures)
     return rows
@@ -418,5 +421,6 @@ MEMORY_COLUMNS = [
     "loaded rss MiB",
     "rss MiB after NodeNames",
     "rss MiB after full Nodes",
+    "peak rss MiB, full Nodes one at a time",
     "peak rss MiB",
 ]
