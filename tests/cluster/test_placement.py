@@ -12,11 +12,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from e2e.controlplane import ControlPlane
 from extender.decision import Outcome
 from extender.kube.events import REASON_NO_CAPACITY, REASON_NO_COMPATIBLE, event_for
+from extender.wire import SMALL_CANDIDATE_LIST
 from tests.cluster.placement_support import (
     EXTENDER_REASON_EXCEEDS_POOL,
     EXTENDER_REASON_INSUFFICIENT,
@@ -83,6 +85,32 @@ def test_pods_land_only_on_nodes_that_fit(cell: Cell, node_cache_capable: bool) 
     cell.pod("one-too-many", scheduler, hugepages_2mi="256Mi")
     wait_for_event(cell.core, cell.namespace, "one-too-many", "FailedScheduling", contains=EXTENDER_REASON_INSUFFICIENT)
     assert cell.plane.pod_assignments(cell.namespace)["one-too-many"] is None
+
+
+WIDE_NODES = 120
+
+
+@pytest.mark.parametrize("sample_size", [3, 0], ids=["best-of-3", "every-node"])
+def test_a_wide_cluster_is_read_in_place_and_only_free_pools_fill(cell: Cell, sample_size: int) -> None:
+    # Enough nodes that the scheduler's candidate list is too long to decode (6.6 KB here): the
+    # extender reads it in place. Every pool looks free to kube-scheduler; only the extender sees
+    # that all but one node in twelve hold their whole pool outside pods.
+    nodes, free = [], []
+    for i in range(WIDE_NODES):
+        roomy = i % 12 == 0
+        node = cell.node(f"w{i:03d}", hugepages="1Gi", reserved=None if roomy else "1Gi")
+        nodes.append(node)
+        if roomy:
+            free.append(node)
+    assert len(msgspec.json.encode(nodes)) > SMALL_CANDIDATE_LIST
+    extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce", "sampleSize": sample_size}}})
+    scheduler = cell.scheduler(extender)  # the extender is ready: it has listed every node
+
+    names = cell.pods([f"p-{i:02d}" for i in range(2 * len(free))], scheduler, hugepages_2mi="512Mi")
+    cell.plane.wait_for_pods_bound(cell.namespace, names, timeout=90)
+    placed = cell.plane.pod_assignments(cell.namespace)
+    assert sorted(str(node) for node in placed.values()) == sorted(free * 2), placed
+    _assert_no_pool_overcommitted(cell, nodes, {})
 
 
 # --------------------------------------------------------------------------- 2. need derived from memory
