@@ -1,4 +1,4 @@
-"""Node accounts laid out as numpy columns, for scoring thousands of nodes at once.
+"""Node accounts laid out as numpy columns, for scoring or admitting thousands of nodes at once.
 
 A mirror of the cluster state's ``NodeAccount`` values, kept in step by the
 state on every change (O(1) per node). Slot 0 stands for every node the
