@@ -1,7 +1,7 @@
 """Node accounts laid out as numpy columns, for scoring or admitting thousands of nodes at once.
 
-A mirror of the cluster state's ``NodeAccount`` values, kept in step by the
-state on every change (O(1) per node). Slot 0 stands for every node the
+A mirror of the cluster state's ``NodeAccount`` values, brought up to date by
+the state when read (O(1) per node changed since). Slot 0 stands for every node the
 extender does not know: no pool and no CPUs, as ``NO_POOL_ACCOUNT``.
 """
 
