@@ -17,6 +17,7 @@ from extender.capacity import UNBOUNDED, NodeAccount, headroom_bytes
 from extender.namelist import NameList
 
 IntColumn = npt.NDArray[np.int64]
+INT64_MAX = (1 << 63) - 1
 
 _FIELDS = (
     "page_size",
@@ -53,14 +54,14 @@ class NodeColumns:
             self._slot[name] = slot
             self._layout += 1
         c = self._columns
-        c["page_size"][slot] = account.page_size
-        c["total_pages"][slot] = account.total_pages
-        c["committed_pages"][slot] = account.committed_pages
-        c["pending_pages"][slot] = account.pending_pages
-        c["used_pages"][slot] = account.used_pages
-        c["cpu_millis"][slot] = account.cpu_millis
-        c["cpu_busy_millis"][slot] = account.cpu_requested_millis + account.pending_cpu_millis
-        c["headroom"][slot] = headroom_bytes(account)
+        c["page_size"][slot] = _int64(account.page_size)
+        c["total_pages"][slot] = _int64(account.total_pages)
+        c["committed_pages"][slot] = _int64(account.committed_pages)
+        c["pending_pages"][slot] = _int64(account.pending_pages)
+        c["used_pages"][slot] = _int64(account.used_pages)
+        c["cpu_millis"][slot] = _int64(account.cpu_millis)
+        c["cpu_busy_millis"][slot] = _int64(account.cpu_requested_millis + account.pending_cpu_millis)
+        c["headroom"][slot] = _int64(headroom_bytes(account))
 
     def drop(self, name: str) -> None:
         slot = self._slot.pop(name, None)
@@ -111,3 +112,10 @@ class NodeColumns:
                 grown[: len(column)] = column
                 self._columns[field] = grown
         return slot
+
+
+def _int64(value: int) -> int:
+    """Quantities no node has (over 9e18 bytes, pages or millicores) held at int64's limit:
+    an odd object must not make the columns unwritable. Callers with values this large
+    decide on the accounts instead."""
+    return max(-INT64_MAX, min(value, INT64_MAX))

@@ -129,6 +129,16 @@ def filter_nodes(
         sample = best_of_k(
             candidates, policy.sample_size, policy.widening, lambda name: need <= room_of(name, UNBOUNDED), rng
         )
+    if policy.mode is Mode.SHADOW:
+        # Counted per candidate given (the verdicts are not sent: every node passes).
+        exceeds = sum(1 for n in sample.rejected if fits(_account(accounts, n), need) is Fit.EXCEEDS_POOL)
+        return FilterDecision(
+            passed=candidates,
+            outcome=Outcome.SHADOW,
+            insufficient=len(sample.rejected) - exceeds,
+            exceeds_pool=exceeds,
+            examined=len(candidates),
+        )
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     for name in sample.rejected:
@@ -138,14 +148,6 @@ def filter_nodes(
             failed[name] = reasons.insufficient
     insufficient, exceeds_pool = len(failed), len(unresolvable)
 
-    if policy.mode is Mode.SHADOW:
-        return FilterDecision(
-            passed=candidates,
-            outcome=Outcome.SHADOW,
-            insufficient=insufficient,
-            exceeds_pool=exceeds_pool,
-            examined=len(candidates),
-        )
     if sample.kept:
         outcome = Outcome.FIT
     elif not sample.exhausted:
@@ -170,11 +172,15 @@ def filter_nodes(
     )
 
 
+def _fits_int64(demand: PodDemand) -> bool:
+    return demand.hugepage_bytes <= UNBOUNDED and demand.cpu_millis <= UNBOUNDED
+
+
 def _examine_every(
     need: int, candidates: Sequence[str], room_of: Callable[[str, int], int], columns: NodeColumns | None
 ) -> Sample[str]:
     """Every candidate, split into those with room for ``need`` and the others, in order."""
-    if columns is None or len(candidates) <= VECTOR_THRESHOLD:
+    if columns is None or len(candidates) <= VECTOR_THRESHOLD or need > UNBOUNDED:
         kept: list[str] = []
         rejected: list[str] = []
         for name in candidates:
@@ -220,7 +226,7 @@ def prioritize_nodes(
     """
     if policy.mode is not Mode.ENFORCE or not demand.wants_hugepages:
         return HostScores.neutral(candidates)
-    if columns is not None and len(candidates) > VECTOR_THRESHOLD:
+    if columns is not None and len(candidates) > VECTOR_THRESHOLD and _fits_int64(demand):
         return HostScores(candidates, priorities(demand, columns.slots(candidates), columns, policy))
     scores = (priority(node_load(_account(accounts, name), demand, policy)) for name in candidates)
     return HostScores(candidates, np.fromiter(scores, np.int64, len(candidates)))

@@ -44,7 +44,6 @@ from extender.wire import (
 log = logging.getLogger("extender.server")
 
 JSON = "application/json"
-LARGE_BODY_BYTES = 1 << 20  # a NodeNames request stays under this up to about 70,000 nodes
 NOT_SYNCED = "hugepage-extender: cluster state not synced yet; retry"
 
 
@@ -165,32 +164,19 @@ class Extender:
             self.events.no_fit(pod, decision, demand.hugepage_bytes)
 
 
-def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int, large_bodies: asyncio.Semaphore) -> Handler:
+def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int) -> Handler:
     """One verb's handler, with its metrics and the mapping of errors to clear answers.
 
     A wrapper per route rather than an aiohttp middleware: the scheduler waits on
     every call, and a middleware chain costs each request more (about 15 us here).
-    Requests with large bodies (full Nodes: 10 MB at 5,000 nodes) are answered one
-    at a time, from reading the body to sending the answer: the event loop decides
-    one at a time anyway, and a body waiting its turn stays in the socket instead of
-    in memory, so memory grows with one large request, not with every client's.
     """
 
     async def answer(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         status = 500  # also what a cancelled request counts as
-        size = request.content_length
         try:
             try:
-                if size is not None and size < LARGE_BODY_BYTES:
-                    response = await handler(request)
-                else:
-                    async with large_bodies:
-                        response = await handler(request)
-                        # Sent before the next large body is read: an answer left in the
-                        # transport's buffer for a slow reader would be memory too.
-                        await response.prepare(request)
-                        await response.write_eof()
+                response = await handler(request)
             except (WireError, QuantityError) as error:
                 log.warning("bad %s request from %s: %s", verb, request.remote, error)
                 response = web.Response(status=400, body=render_error(str(error)), content_type=JSON)
@@ -200,8 +186,6 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int, large_b
                 response = web.Response(status=413, body=render_error(message), content_type=JSON)
             except (web.HTTPException, asyncio.CancelledError):
                 raise
-            except ConnectionResetError:
-                raise  # the client went away while a large answer was sent: nothing to answer
             except Exception:
                 log.exception("%s request failed", verb)
                 response = web.Response(status=500, body=render_error("internal error"), content_type=JSON)
@@ -257,9 +241,8 @@ def create_app(extender: Extender) -> web.Application:
     app = web.Application(client_max_size=max_bytes)
     app[EXTENDER] = extender
     extender.metrics.watch_state(extender.state)
-    large_bodies = asyncio.Semaphore(1)
     for verb, handler in (("filter", extender.filter), ("prioritize", extender.prioritize), ("bind", extender.bind)):
-        app.router.add_post(f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes, large_bodies))
+        app.router.add_post(f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes))
     app.router.add_get("/healthz", extender.healthz)
     app.router.add_get("/readyz", extender.readyz)
     app.router.add_get("/metrics", extender.metrics_page)

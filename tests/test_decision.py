@@ -139,3 +139,8 @@ def test_prioritize_uses_the_same_accounting_and_is_neutral_unless_enforcing() -
         assert list(prioritize_nodes(NEED, names, accounts=ACCOUNTS, policy=Policy(mode=mode))) == [
             (n, 0) for n in names
         ]
+
+
+def test_shadow_counts_every_candidate_given_even_a_repeated_one() -> None:
+    d = run(["near-full", "near-full", "small", "small", "small", "roomy"], Mode.SHADOW)
+    assert (d.insufficient, d.exceeds_pool) == (2, 3)

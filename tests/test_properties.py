@@ -165,3 +165,22 @@ def test_examining_every_candidate_on_the_columns_decides_as_the_table_does(
     scalar = filter_nodes(demand, names, **kwargs)  # type: ignore[arg-type]
     assert list(vector.passed) == list(scalar.passed)
     assert dataclasses.replace(vector, passed=[]) == dataclasses.replace(scalar, passed=[])
+
+
+def test_needs_and_pools_beyond_int64_decide_as_the_scalar_path() -> None:
+    huge = NodeAccount(page_size=PAGE, total_pages=1 << 60, cpu_millis=1 << 20)
+    cluster = {f"n{i}": huge if i % 2 else NodeAccount(page_size=PAGE, total_pages=100) for i in range(80)}
+    columns = NodeColumns()
+    for name, account in cluster.items():
+        columns.put(name, account)
+    names = sorted(cluster)
+    table = {name: headroom_bytes(account) for name, account in cluster.items()}
+    for need in (PAGE, 1 << 63, 1 << 70):
+        demand = PodDemand(need, 1 << 70)
+        for mode in (Mode.ENFORCE, Mode.SHADOW):
+            policy = Policy(mode=mode, sample_size=0)
+            kwargs = {"accounts": cluster, "policy": policy, "reasons": REASONS, "rng": random.Random(1)}
+            vector = filter_nodes(demand, names, headroom=table, columns=columns, **kwargs)  # type: ignore[arg-type]
+            assert vector == filter_nodes(demand, names, headroom=table, **kwargs)  # type: ignore[arg-type]
+        scores = prioritize_nodes(demand, names, accounts=cluster, policy=Policy(mode=Mode.ENFORCE), columns=columns)
+        assert list(scores) == list(prioritize_nodes(demand, names, accounts=cluster, policy=Policy(mode=Mode.ENFORCE)))

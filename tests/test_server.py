@@ -1,6 +1,5 @@
 """The extender over HTTP, through aiohttp's test client: both wire modes, bad input."""
 
-import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -8,13 +7,13 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, make_mocked_request
+from aiohttp.test_utils import TestClient
 
 from extender.cluster import ClusterState
 from extender.config import build_config
 from extender.decision import Reasons
 from extender.metrics import Metrics
-from extender.server import LARGE_BODY_BYTES, NOT_SYNCED, Extender, _verb, create_app
+from extender.server import NOT_SYNCED, Extender, create_app
 from tests.conftest import make_node, make_pod, pod_json
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]
@@ -255,23 +254,3 @@ async def test_posts_to_other_paths_are_404_and_leave_no_metric_series(client: C
     metrics = await (await client.get("/metrics")).text()
     assert "no-such-verb" not in metrics
     assert 'code="404"' not in metrics
-
-
-@pytest.mark.parametrize(("size", "most_at_once"), [(1000, 3), (LARGE_BODY_BYTES, 1), (None, 1)])
-async def test_large_bodies_are_answered_one_at_a_time(size: int | None, most_at_once: int) -> None:
-    running = peak = 0
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
-        await asyncio.sleep(0.01)
-        running -= 1
-        return web.Response(text="{}")
-
-    answer = _verb("filter", handler, Metrics(), 1 << 30, asyncio.Semaphore(1))
-    headers = {} if size is None else {"Content-Length": str(size)}  # None: chunked, size unknown
-    requests = [make_mocked_request("POST", "/filter", headers=headers) for _ in range(3)]
-    responses = await asyncio.gather(*(answer(r) for r in requests))
-    assert [r.status for r in responses] == [200, 200, 200]
-    assert peak == most_at_once
