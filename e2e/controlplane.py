@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import yaml
 from kubernetes import client
@@ -187,6 +187,25 @@ def _insecure_context(cert: Path | None = None, key: Path | None = None) -> ssl.
     if cert is not None:
         context.load_cert_chain(cert, key)
     return context
+
+
+T = TypeVar("T")
+
+
+def wait_until(what: str, check: Callable[[], T | None], *, timeout: float, interval: float = 0.2) -> T:
+    """Poll ``check`` until it returns something truthy; that value. AssertionError on timeout.
+
+    For tests waiting on the cluster; the control plane's own start-up waits with ``_wait_for``.
+    """
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
 
 
 def _wait_for(

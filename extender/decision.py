@@ -176,11 +176,17 @@ def _fits_int64(demand: PodDemand) -> bool:
     return demand.hugepage_bytes <= UNBOUNDED and demand.cpu_millis <= UNBOUNDED
 
 
+def reads_columns(candidates: Sequence[str]) -> bool:
+    """Whether a decision over ``candidates`` reads the numpy columns; below this many the
+    per-node loop is faster than numpy's setup, and the columns need not be brought up to date."""
+    return len(candidates) > VECTOR_THRESHOLD
+
+
 def _examine_every(
     need: int, candidates: Sequence[str], room_of: Callable[[str, int], int], columns: NodeColumns | None
 ) -> Sample[str]:
     """Every candidate, split into those with room for ``need`` and the others, in order."""
-    if columns is None or len(candidates) <= VECTOR_THRESHOLD or need > UNBOUNDED:
+    if columns is None or not reads_columns(candidates) or need > UNBOUNDED:
         kept: list[str] = []
         rejected: list[str] = []
         for name in candidates:
@@ -226,7 +232,7 @@ def prioritize_nodes(
     """
     if policy.mode is not Mode.ENFORCE or not demand.wants_hugepages:
         return HostScores.neutral(candidates)
-    if columns is not None and len(candidates) > VECTOR_THRESHOLD and _fits_int64(demand):
+    if columns is not None and reads_columns(candidates) and _fits_int64(demand):
         return HostScores(candidates, priorities(demand, columns.slots(candidates), columns, policy))
     scores = (priority(node_load(_account(accounts, name), demand, policy)) for name in candidates)
     return HostScores(candidates, np.fromiter(scores, np.int64, len(candidates)))

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from extender.cluster import ClusterState
 from extender.config import Config
-from extender.decision import FilterDecision, HostScores, Reasons, filter_nodes, prioritize_nodes
+from extender.decision import FilterDecision, HostScores, Reasons, filter_nodes, prioritize_nodes, reads_columns
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 
@@ -55,8 +55,8 @@ class ExtenderVerbs:
             reasons=self.reasons,
             rng=self.rng,
             headroom=self.state.headroom,
-            # Read only when needed: reading brings the columns up to date.
-            columns=self.state.columns if policy.examines_every_candidate else None,
+            # Read only when used: reading brings the columns up to date.
+            columns=self.state.columns if policy.examines_every_candidate and reads_columns(candidates) else None,
         )
         held = False
         if demand.wants_hugepages:
@@ -71,7 +71,8 @@ class ExtenderVerbs:
         """Scores as if the pod's own hold were not there: it is the pod being placed."""
         policy = self.config.policy_for(namespace)
         accounts = self.state.accounts_without(uid)
-        columns = self.state.columns if accounts is self.state.accounts else None
+        # The columns hold no overlay, and are read only when used (reading brings them up to date).
+        columns = self.state.columns if accounts is self.state.accounts and reads_columns(candidates) else None
         return prioritize_nodes(demand, candidates, accounts=accounts, policy=policy, columns=columns)
 
     def bind_started(self, uid: str, node: str) -> bool:

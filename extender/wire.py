@@ -123,10 +123,9 @@ class _LastCandidates:
         last = self._last
         if last is not None and data == last.json:
             return last
-        in_place = NameList.read(data)
+        in_place = self._read(data)
         if in_place is None:
             return _node_names.decode(data)  # escapes, spaces, non-ASCII: not read in place
-        self._last, self._tail = in_place, self._KEY + data + b"}"
         return in_place
 
     def cut_from(self, body: bytes) -> tuple[bytes, NameList] | None:
@@ -144,12 +143,17 @@ class _LastCandidates:
         at = body.rfind(self._KEY)
         if at < 0 or len(body) - at < SMALL_CANDIDATE_LIST or not body.endswith(b"]}"):
             return None
-        data = body[at + len(self._KEY) : -1]
-        in_place = NameList.read(data)
+        in_place = self._read(body[at + len(self._KEY) : -1])
         if in_place is None:
             return None
-        self._last, self._tail = in_place, self._KEY + data + b"}"
         return body[:at] + self._KEY + b"null}", in_place
+
+    def _read(self, data: bytes) -> NameList | None:
+        """``data`` read in place and kept as the last list; None when it is not a plain list."""
+        in_place = NameList.read(data)
+        if in_place is not None:
+            self._last, self._tail = in_place, self._KEY + data + b"}"
+        return in_place
 
 
 class _RawNodes(msgspec.Struct):

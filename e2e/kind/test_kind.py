@@ -21,11 +21,13 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from e2e.controlplane import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "hugepage-extender"
@@ -91,17 +93,6 @@ def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> str:
 
 def get_json(*args: str) -> Any:
     return json.loads(kubectl("get", *args, "-o", "json"))
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90.0, interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 # -- cluster setup ------------------------------------------------------------------------
@@ -200,7 +191,7 @@ def node_of(namespace: str, name: str, timeout: float = 90.0) -> str:
     def bound() -> str:
         return kubectl("get", "pod", name, "-n", namespace, "-o", "jsonpath={.spec.nodeName}").strip()
 
-    node: str = wait_for(f"{namespace}/{name} to be scheduled", bound, timeout)
+    node: str = wait_until(f"{namespace}/{name} to be scheduled", bound, timeout=timeout, interval=1.0)
     return node
 
 
@@ -213,7 +204,7 @@ def failed_scheduling(namespace: str, name: str) -> str:
         )["items"]
         return "\n".join(e.get("message", "") for e in events)
 
-    text: str = wait_for(f"a FailedScheduling event for {namespace}/{name}", message)
+    text: str = wait_until(f"a FailedScheduling event for {namespace}/{name}", message, timeout=90, interval=1.0)
     return text
 
 
@@ -352,7 +343,7 @@ def test_flip_shadow_namespace_to_enforce_with_one_value(workers: list[str], pod
     assert secret(f"{RELEASE}-tls") == server_cert
     assert secret(f"{RELEASE}-client-tls") == client_cert
     assert scheduler_template_hash() == scheduler_checksum
-    wait_for("two ready extender replicas", lambda: len(extender_pods()) == 2)
+    wait_until("two ready extender replicas", lambda: len(extender_pods()) == 2, timeout=90, interval=1.0)
     time.sleep(WATCH_SETTLE_SECONDS)
     set_reserved(dict.fromkeys(workers, POOL))
     create_pod(pods, SHADOW, "now-enforced", hugepages="512Mi")

@@ -20,7 +20,15 @@ from kubernetes import client
 from kubernetes.utils import parse_quantity as _parse_quantity
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.controlplane import ControlPlane, Scheduler, Service, extender_scheduler_config, pod_assignments, pod_events
+from e2e.controlplane import (
+    ControlPlane,
+    Scheduler,
+    Service,
+    extender_scheduler_config,
+    pod_assignments,
+    pod_events,
+    wait_until,
+)
 
 RESOURCE = "hugepages-2Mi"
 RESERVED_ANNOTATION = "hugepage-extender.io/reserved-hugepages-2Mi"
@@ -36,19 +44,6 @@ parse_quantity: Callable[[str], Decimal] = _parse_quantity
 
 
 # --------------------------------------------------------------------------- waiting
-
-
-def wait_until(what: str, check: Callable[[], T | None], *, timeout: float, interval: float = 0.2) -> T:
-    """Poll ``check`` until it returns something truthy; that value. AssertionError on timeout."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
-        time.sleep(interval)
 
 
 def wait_for_event(

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from e2e.controlplane import ControlPlane
+from e2e.controlplane import ControlPlane, wait_until
 from extender.decision import Outcome
 from extender.kube.events import REASON_NO_CAPACITY, REASON_NO_COMPATIBLE, event_for
 from extender.wire import SMALL_CANDIDATE_LIST
@@ -32,7 +32,6 @@ from tests.cluster.placement_support import (
     pool_usage,
     wait_extender_in_step,
     wait_for_event,
-    wait_until,
 )
 
 pytestmark = pytest.mark.cluster
