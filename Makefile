@@ -9,27 +9,37 @@ STAMP := $(VENV)/.installed-$(DEPS_KEY)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test lint tools bench
+.PHONY: run test unit chart lint tools bench
 
 $(STAMP):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[test,replay]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 run: $(STAMP)
-	$(BIN)/hugepage-extender serve $(ARGS)
+	$(BIN)/hugepage-extender serve $(or $(ARGS),--example)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 tools:
 	@e2e/tools/build >/dev/null
 
 test: lint
 	E2E_TOOLS_BIN="$$(e2e/tools/build)" $(BIN)/pytest $(PYTEST_ARGS)
+
+# The fast loop: lint, types, layering and every test that needs no Go-built
+# binary (no control plane, no helm, no kind).
+unit: lint
+	$(BIN)/pytest -q -p no:cacheprovider --ignore=tests/cluster --ignore=tests/chart --ignore=e2e $(PYTEST_ARGS)
+
+# The chart's lint, render and schema tests (builds the pinned helm once).
+chart: $(STAMP)
+	E2E_TOOLS_BIN="$$(e2e/tools/build)" $(BIN)/pytest -q -p no:cacheprovider tests/chart $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(ARGS)

@@ -25,7 +25,7 @@ class NodeAccount(msgspec.Struct, frozen=True, gc=False):
 
     A frozen msgspec Struct rather than a frozen dataclass: the state builds one per
     node on every change that touches it (a hold, a pod), and a Struct is built in a
-    fifth of the time; its fields are all integers, so the cyclic GC can skip it.
+    tenth of the time; its fields are all integers, so the cyclic GC can skip it.
     """
 
     page_size: int = 0  # bytes per page; 0 means the node reports no pool

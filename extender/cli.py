@@ -19,18 +19,19 @@ import yaml
 from extender import __version__
 from extender.cluster import ClusterState
 from extender.config import Config, ConfigError, load_config
+from extender.errors import ExtenderError
 from extender.explain import explain, render_table
 from extender.kube.binder import ApiBinder
 from extender.kube.client import api_client
 from extender.kube.events import PodEvents
 from extender.kube.informer import ClusterInformer, freeze_cache
+from extender.logs import configure as configure_logging
 from extender.metrics import Metrics
 from extender.objects import Pod
-from extender.quantity import QuantityError
 from extender.replay import add_parser as add_replay_parser
 from extender.server import Extender, create_app, create_probe_app, serve_until_stopped
 from extender.snapshot import SnapshotError, load_snapshot
-from extender.tls import TLSConfigError, server_ssl_context
+from extender.tls import server_ssl_context
 
 log = logging.getLogger("extender")
 
@@ -56,7 +57,7 @@ def _serve(args: argparse.Namespace) -> int:
         state.replace(snapshot.nodes, snapshot.pods)
         del snapshot
         freeze_cache()
-        source = args.snapshot or "the bundled example snapshot"
+        source = "the bundled example snapshot" if args.example else args.snapshot
         log.info("loaded %s: %d nodes, %d bound pods", source, state.node_count, state.pod_count)
     log.info(
         "hugepage-extender %s serving %s on %s:%d (%s%s), default mode %s, cluster state from %s",
@@ -150,12 +151,22 @@ def build_parser() -> argparse.ArgumentParser:
         description="kube-scheduler extender that keeps pods off nodes whose hugepage pool cannot hold them",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        default=os.environ.get("LOG_LEVEL", "INFO").upper(),
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=os.environ.get("LOG_FORMAT", "text"),
+        help="text for people, json (one object a line) for log collectors",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     def common(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--config", type=Path, help="YAML config file (default: built-in defaults)")
-        sub.add_argument("--snapshot", type=Path, help="snapshot of Nodes and Pods (default: bundled example)")
         sub.add_argument(
             "--extender-namespace",
             default=os.environ.get("POD_NAMESPACE", ""),
@@ -164,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="serve the extender verbs over HTTP(S)")
     common(serve)
+    # No default source: an extender that silently served a made-up cluster
+    # would admit and rank pods against nodes that do not exist.
+    source = serve.add_mutually_exclusive_group(required=True)
+    source.add_argument("--snapshot", type=Path, help="serve over a snapshot of Nodes and Pods")
+    source.add_argument("--kubeconfig", type=Path, help="list and watch this cluster")
+    source.add_argument("--in-cluster", action="store_true", help="list and watch the cluster this pod runs in")
+    source.add_argument("--example", action="store_true", help="serve over the bundled example cluster (a demo)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8888)
     serve.add_argument("--tls-cert-file", type=Path, help="serve HTTPS with this certificate")
@@ -173,8 +191,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--probe-port", type=int, help="also serve /healthz, /readyz and /metrics over plain HTTP on this port"
     )
-    serve.add_argument("--kubeconfig", type=Path, help="list and watch this cluster instead of a snapshot")
-    serve.add_argument("--in-cluster", action="store_true", help="list and watch the cluster this pod runs in")
     serve.add_argument("--enable-bind", action="store_true", help="serve the bind verb (creates Bindings)")
     serve.add_argument(
         "--bind-timeout-seconds",
@@ -192,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     exp = commands.add_parser("explain", help="show, node by node, whether a pod fits and how it scores")
     common(exp)
+    exp.add_argument("--snapshot", type=Path, help="snapshot of Nodes and Pods (default: the bundled example)")
     exp.add_argument("--pod", type=Path, required=True, help="the pod, as YAML or JSON")
     exp.add_argument("--nodes", help="comma-separated candidate nodes (default: every node)")
     exp.add_argument("--output", choices=("table", "json"), default="table")
@@ -202,14 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    configure_logging(args.log_level, args.log_format)
     try:
         return int(args.run(args))
-    except (ConfigError, SnapshotError, QuantityError, TLSConfigError) as error:
+    except ExtenderError as error:
+        # One line, once: the log handler writes to the same stderr.
         log.error("%s", error)
-        print(f"hugepage-extender: {error}", file=sys.stderr)
         return 2
 
 

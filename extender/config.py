@@ -20,6 +20,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 import yaml
 
+from extender.errors import ExtenderError
 from extender.policy import Mode, Placement, Policy, Widening
 from extender.quantity import QuantityError, to_units
 
@@ -29,7 +30,7 @@ DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a 5,000-node full-Nodes request 
 _HUGEPAGE_RESOURCE = re.compile(r"^hugepages-(?P<size>[0-9]+[KMGT]i)$")
 
 
-class ConfigError(ValueError):
+class ConfigError(ExtenderError, ValueError):
     """An invalid config; the message names the key at fault."""
 
 

@@ -2,22 +2,59 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+import platform
+from typing import Protocol, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.metrics import MetricWrapperBase
 
-from extender.cluster import ClusterState
+from extender import __version__
 
 M = TypeVar("M", bound=MetricWrapperBase)
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
+# Counters expose no ``*_created`` series: one per label set doubles the
+# scrape for a timestamp nobody alerts on.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+class StateView(Protocol):
+    """What the gauges read from the cluster cache at scrape time."""
+
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def node_count(self) -> int: ...
+    @property
+    def pod_count(self) -> int: ...
+    @property
+    def inflight_count(self) -> int: ...
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        # process_resident_memory_bytes, open fds, CPU seconds; python_info; GC
+        # collections: memory is a headline concern of this server.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        Info("hugepage_extender_build", "The running build.", registry=r).info(
+            {"version": __version__, "python": platform.python_version()}
+        )
         self.requests = Counter(
             "hugepage_extender_requests",
             "Extender HTTP requests by verb and status code.",
@@ -74,7 +111,7 @@ class Metrics:
             found = self._children[key] = metric.labels(*labels)
         return found  # type: ignore[return-value]
 
-    def watch_state(self, state: ClusterState) -> None:
+    def watch_state(self, state: StateView) -> None:
         """Gauges read the state at scrape time, so they are never stale."""
         self.ready.set_function(lambda: 1.0 if state.ready else 0.0)
         self.nodes.set_function(lambda: float(state.node_count))

@@ -13,10 +13,12 @@ from functools import lru_cache
 
 from kubernetes.utils import parse_quantity
 
+from extender.errors import ExtenderError
+
 RawQuantity = str | int | float
 
 
-class QuantityError(ValueError):
+class QuantityError(ExtenderError, ValueError):
     """A quantity string that Kubernetes would not accept."""
 
 

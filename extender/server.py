@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import FilterDecision, HostScores, Outcome
+from extender.errors import ExtenderError
 from extender.metrics import Metrics
 from extender.objects import Pod
 from extender.podrequest import PodDemand
@@ -47,7 +48,7 @@ JSON = "application/json"
 NOT_SYNCED = "hugepage-extender: cluster state not synced yet; retry"
 
 
-class BindError(Exception):
+class BindError(ExtenderError):
     """The Binding could not be created; the message goes back to the scheduler."""
 
 

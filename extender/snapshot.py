@@ -16,12 +16,13 @@ from typing import Any
 import msgspec
 import yaml
 
+from extender.errors import ExtenderError
 from extender.objects import Node, Pod
 
 BUNDLED_SNAPSHOT = "example-snapshot.yaml"
 
 
-class SnapshotError(ValueError):
+class SnapshotError(ExtenderError, ValueError):
     """A snapshot file that cannot be read as Kubernetes Nodes and Pods."""
 
 

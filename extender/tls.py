@@ -5,8 +5,10 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
+from extender.errors import ExtenderError
 
-class TLSConfigError(ValueError):
+
+class TLSConfigError(ExtenderError, ValueError):
     """Inconsistent TLS flags."""
 
 

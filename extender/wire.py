@@ -27,12 +27,13 @@ import msgspec
 import numpy as np
 
 from extender.decision import FilterDecision, HostScores
+from extender.errors import ExtenderError
 from extender.namelist import NameList
 from extender.objects import NodeName, Pod
 from extender.scoring import MAX_PRIORITY
 
 
-class WireError(ValueError):
+class WireError(ExtenderError, ValueError):
     """A request the extender cannot read; answered with 400."""
 
 

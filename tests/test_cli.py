@@ -1,4 +1,4 @@
-"""The command line: explain's table and JSON, and serve with no arguments."""
+"""The command line: explain's table and JSON, serve's sources, startup errors and log formats."""
 
 import json
 import os
@@ -43,7 +43,7 @@ def test_invalid_config_stops_the_process_with_the_key_named(
 ) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("defaults:\n  mode: sometimes\n")
-    assert main(["serve", "--config", str(config)]) == 2
+    assert main(["serve", "--example", "--config", str(config)]) == 2
     assert "defaults.mode: Invalid enum value 'sometimes'" in capsys.readouterr().err
 
 
@@ -54,12 +54,46 @@ def free_port() -> int:
         return port
 
 
-def test_serve_with_no_arguments_serves_the_bundled_example(tmp_path: Path) -> None:
+def test_serve_needs_a_source(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve"])
+    assert exit_.value.code == 2
+    assert "one of the arguments --snapshot --kubeconfig --in-cluster --example is required" in capsys.readouterr().err
+
+
+def test_a_startup_error_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.yaml"
+    result = subprocess.run(
+        [sys.executable, "-m", "extender", "serve", "--snapshot", str(missing)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert f"cannot read snapshot {missing}" in result.stderr
+
+
+def test_json_log_lines_keep_a_forged_newline_inside_one_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    forged = tmp_path / "x\n2026-01-01 00:00:00 INFO extender: forged"
+    assert main(["--log-format", "json", "serve", "--snapshot", str(forged)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record["level"] == "ERROR"
+    assert record["logger"] == "extender"
+    assert "INFO extender: forged" in record["message"]
+
+
+def test_serve_example_serves_the_bundled_example(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     log = (tmp_path / "serve.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "extender", "serve", "--port", str(port)], stdout=log, stderr=log, env=env
+        [sys.executable, "-m", "extender", "serve", "--example", "--port", str(port)], stdout=log, stderr=log, env=env
     )
     try:
         deadline = time.monotonic() + 20

@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from kubernetes.client.exceptions import ApiException
 
+from extender.errors import ExtenderError
 from extender.kube.backoff import Backoff
 
 log = logging.getLogger("extender.kube.reflector")
@@ -34,7 +35,7 @@ Obj = TypeVar("Obj")
 Rec = TypeVar("Rec")
 
 
-class Gone(Exception):
+class Gone(ExtenderError):
     """The resourceVersion is too old to watch from: list again."""
 
 

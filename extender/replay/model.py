@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from extender.config import Config
+from extender.errors import ExtenderError
 from extender.policy import Mode, Placement, Policy, Widening
 
 RESOURCE_NAME = "hugepages-2Mi"
@@ -18,7 +19,7 @@ PAGE_SIZE_BYTES = 2 * 1024 * 1024
 GIB = 1024**3
 
 
-class ReplayError(ValueError):
+class ReplayError(ExtenderError, ValueError):
     """A scenario, trace or variant the replay cannot use; the message says which and why."""
 
 

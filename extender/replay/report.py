@@ -7,6 +7,7 @@ from pathlib import Path
 
 import msgspec
 
+from extender.replay.model import ReplayError
 from extender.replay.summary import StepSummary, Summary, VariantSummary
 
 REPORT_FILE = "report.md"
@@ -287,8 +288,16 @@ def summary_json(summary: Summary) -> bytes:
 def write_report(summary: Summary, out: Path) -> list[Path]:
     """report.md, summary.json and the figures into ``out``; returns the paths written."""
     # matplotlib is imported here, not at module level: `hugepage-extender serve`
-    # imports this package through the CLI and should neither need nor load it.
-    from extender.replay import plots  # noqa: PLC0415
+    # imports this package through the CLI and neither needs nor installs it
+    # (it is the `replay` extra).
+    try:
+        from extender.replay import plots  # noqa: PLC0415
+    except ModuleNotFoundError as error:
+        if error.name != "matplotlib":
+            raise
+        raise ReplayError(
+            "the replay report's figures need matplotlib: pip install 'hugepage-extender[replay]'"
+        ) from None
 
     out.mkdir(parents=True, exist_ok=True)
     figures = {

@@ -207,7 +207,7 @@ def test_teardown_leaves_no_processes_or_ports(tools_bin: Path, tmp_path: Path) 
     try:
         plane.start()
         plane.start_scheduler()
-        plane.start_extender()  # the bundled example snapshot
+        plane.start_extender(["--example"])
         pids = plane.pids()
         ports = plane.ports
         assert set(pids) == {"etcd", "kube-apiserver", "kube-scheduler", "hugepage-extender"}
