@@ -105,3 +105,12 @@ def test_registering_the_subcommand_does_not_load_matplotlib() -> None:
     # extender/cli.py imports the package for `serve` too; plots load only for a report.
     probe = "import sys, extender.replay; sys.exit('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
+
+
+def test_matplotlib_is_only_the_replay_extra() -> None:
+    """`pip install .` brings no plotting: the server never needs it."""
+    from importlib.metadata import requires  # noqa: PLC0415
+
+    plotting = [r for r in requires("hugepage-extender") or [] if r.startswith("matplotlib")]
+    assert plotting
+    assert all('extra == "replay"' in r for r in plotting), plotting
