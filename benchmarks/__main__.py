@@ -1,4 +1,4 @@
-"""python -m benchmarks [decision|http|scheduler|memory] [--quick] [--json FILE]"""
+"""python -m benchmarks [decision|http|scheduler|hold|memory] [--quick] [--json FILE]"""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import decision, http_decision, memory, scheduler
+from benchmarks import decision, hold_to_bound, http_decision, memory, scheduler
 from benchmarks.stats import table
 
-KNOWN = ["decision", "http", "scheduler", "memory"]
+KNOWN = ["decision", "http", "scheduler", "hold", "memory"]
 
 
 def machine() -> dict[str, Any]:
@@ -101,6 +101,16 @@ def main() -> int:
         lambda: scheduler.run(
             [(500, 500), (1000, 500)] if args.quick else [(1000, 2000), (5000, 1000)],
             workdir=args.scheduler_workdir,
+            log=lambda line: print(line, file=sys.stderr),
+        ),
+    )
+    section(
+        "hold",
+        "Hold to bound on the real kube-scheduler (the replay's bindDelaySeconds)",
+        hold_to_bound.COLUMNS,
+        lambda: hold_to_bound.run(
+            steady=(100, 10.0) if args.quick else (300, 10.0),
+            burst=100 if args.quick else 300,
             log=lambda line: print(line, file=sys.stderr),
         ),
     )

@@ -51,7 +51,8 @@ def _serve(args: argparse.Namespace) -> int:
     live = args.in_cluster or args.kubeconfig is not None
     if args.enable_bind and not live:
         raise ConfigError("--enable-bind needs a cluster (--kubeconfig or --in-cluster)")
-    state = ClusterState(config)
+    metrics = Metrics()
+    state = ClusterState(config, on_hold_bound=metrics.hold_to_bound.observe)
     if not live:
         snapshot = load_snapshot(args.snapshot)
         state.replace(snapshot.nodes, snapshot.pods)
@@ -70,14 +71,19 @@ def _serve(args: argparse.Namespace) -> int:
         config.placement.defaults.mode.value,
         "the API server" if live else "a snapshot",
     )
-    asyncio.run(_serve_async(args, config, state, tls, live=live))
+    asyncio.run(_serve_async(args, config, state, metrics, tls, live=live))
     return 0
 
 
 async def _serve_async(
-    args: argparse.Namespace, config: Config, state: ClusterState, tls: ssl.SSLContext | None, *, live: bool
+    args: argparse.Namespace,
+    config: Config,
+    state: ClusterState,
+    metrics: Metrics,
+    tls: ssl.SSLContext | None,
+    *,
+    live: bool,
 ) -> None:
-    metrics = Metrics()
     if not live:
         extender = Extender(config, state, metrics)
         await _serve_apps(args, extender, tls)

@@ -49,8 +49,17 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
 
 
 class ClusterState:
-    def __init__(self, config: Config, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: Config,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        on_hold_bound: Callable[[float], None] | None = None,
+    ) -> None:
+        """``on_hold_bound(seconds)`` hears, for each hold whose pod shows up bound,
+        how long the hold lasted: how long capacity stays locked per placement."""
         self._config = config
+        self._on_hold_bound = on_hold_bound
         self._page_size = config.page_size_bytes
         self._reserved_annotation = RESERVED_ANNOTATION_PREFIX + config.resource_name
         self._clock = clock
@@ -175,6 +184,9 @@ class ClusterState:
             self._used_pages[usage.node] += usage.pages
             self._used_cpu[usage.node] += usage.cpu_millis
             touched.add(usage.node)
+            held = self._inflight.reservations_of(uid)
+            if held is not None and self._on_hold_bound is not None:
+                self._on_hold_bound(self._clock() - held.held_at)
             touched |= self._inflight.release(uid)
         elif record.terminal:
             touched |= self._inflight.release(uid)
@@ -193,8 +205,12 @@ class ClusterState:
         """
         if uid in self._pods or not uid or not nodes:
             return False
-        deadline = self._clock() + timeout_seconds
-        reservation = Reservation(nodes_of(nodes), demand.hugepage_bytes, demand.cpu_millis, deadline)
+        now = self._clock()
+        earlier = self._inflight.reservations_of(uid)
+        held_at = now if earlier is None else earlier.held_at
+        reservation = Reservation(
+            nodes_of(nodes), demand.hugepage_bytes, demand.cpu_millis, now + timeout_seconds, held_at
+        )
         self._refresh(self._inflight.hold(uid, reservation))
         return True
 

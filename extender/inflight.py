@@ -24,6 +24,7 @@ class Reservation(msgspec.Struct, frozen=True, gc=False):
     hugepage_bytes: int
     cpu_millis: int
     expires_at: float
+    held_at: float = 0.0  # when the pod's need was first held, kept when the hold narrows
 
 
 class InFlightLedger:

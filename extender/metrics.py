@@ -92,6 +92,13 @@ class Metrics:
             ["source"],
             registry=r,
         )
+        self.hold_to_bound = Histogram(
+            "hugepage_extender_hold_to_bound_seconds",
+            "How long a pod's need stayed held in flight before the pod showed up bound: how long a "
+            "placement locks capacity (on every node its filter admitted, until a bind narrows it).",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+            registry=r,
+        )
         self.binds = Counter("hugepage_extender_binds", "Bind verb calls by result.", ["result"], registry=r)
         self.events = Counter(
             "hugepage_extender_events", "Events posted on pods no node could take, by reason.", ["reason"], registry=r

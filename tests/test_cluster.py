@@ -188,3 +188,17 @@ def test_quantities_beyond_int64_leave_every_view_usable(state: ClusterState) ->
     assert columns.column("headroom")[slots[0]] == (1 << 63) - 1
     assert columns.column("cpu_busy_millis")[slots[1]] == (1 << 63) - 1
     assert state.accounts["huge"].total_pages == (16 << 60) // PAGE_2MI  # the accounts keep exact values
+
+
+def test_a_hold_reports_how_long_it_lasted_when_its_pod_shows_up_bound(clock: Clock) -> None:
+    lasted: list[float] = []
+    state = ClusterState(build_config({}, {}), clock=clock, on_hold_bound=lasted.append)
+    state.replace([make_node("a", hugepages="4Gi"), make_node("b", hugepages="4Gi")], [])
+    state.reserve("uid-default-p", ["a", "b"], PodDemand(GiB, 0), 30)  # the filter admits two nodes
+    clock.now += 0.25
+    state.reserve("uid-default-p", "b", PodDemand(GiB, 0), 30)  # the bind narrows it: the same hold
+    clock.now += 0.5
+    state.apply_pod(make_pod("p", hugepages="1Gi", node="b", phase="Pending"))
+    assert lasted == [0.75]
+    state.apply_pod(make_pod("p", hugepages="1Gi", node="b", phase="Running"))  # no hold left to end
+    assert lasted == [0.75]

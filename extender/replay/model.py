@@ -174,9 +174,15 @@ class PodKind:
     weight: float
 
 
+# Pick to bound in the extender's cache, as ``python -m benchmarks hold`` measured it on the
+# real kube-scheduler (docs/performance.md, "Hold to bound"): the time a placement's hold lasts.
+MEASURED_BIND_DELAY_SECONDS = 0.05
+
+
 @dataclass(frozen=True, slots=True)
 class Timing:
     placement_delay_seconds: float = 5.0  # mean time from pick to the node admitting or failing the pod
+    bind_delay_seconds: float = MEASURED_BIND_DELAY_SECONDS  # pick to the pod seen bound: its hold ends
     retry_backoff_seconds: float = 10.0  # a client whose pod failed asks again after this
     sample_interval_seconds: float = 10.0  # utilisation and imbalance are sampled this often
     reservation_timeout_seconds: float = 30.0

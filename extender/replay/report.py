@@ -57,7 +57,9 @@ def _scenario(summary: Summary) -> list[str]:
         f"- Decision times measured on {m.cpus} CPUs, 1-minute load average {m.load_average_start:g} at the"
         f" start and {m.load_average_end:g} at the end (other work on the machine inflates them, p99 most)."
         f" Run time {m.wall_seconds:.0f} s.",
-        f"- Placement takes {s.placement_delay_seconds:g} s on average (0.5-1.5x); a client whose pod failed asks"
+        f"- A picked pod shows up bound in the extender's cache after {s.bind_delay_seconds:g} s (its hold ends"
+        " then; measured on the real kube-scheduler by `python -m benchmarks hold`); the node admits or fails it"
+        f" {s.placement_delay_seconds:g} s after the pick on average (0.5-1.5x); a client whose pod failed asks"
         f" again after {s.retry_backoff_seconds:g} s; in-flight holds time out after"
         f" {s.reservation_timeout_seconds:g} s.",
         "",

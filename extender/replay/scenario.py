@@ -119,6 +119,7 @@ _DEFAULT_TIMING = Timing()
 
 class _TimingFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     placement_delay_seconds: Annotated[float, msgspec.Meta(ge=0)] = _DEFAULT_TIMING.placement_delay_seconds
+    bind_delay_seconds: Annotated[float, msgspec.Meta(ge=0)] = _DEFAULT_TIMING.bind_delay_seconds
     retry_backoff_seconds: Annotated[float, msgspec.Meta(ge=0)] = _DEFAULT_TIMING.retry_backoff_seconds
     sample_interval_seconds: _Positive = _DEFAULT_TIMING.sample_interval_seconds
     reservation_timeout_seconds: _Positive = _DEFAULT_TIMING.reservation_timeout_seconds
@@ -192,7 +193,11 @@ def load_scenario(path: Path) -> Scenario:
         mix=tuple(_pod_kind(k, f"{path}: mix[{i}]") for i, k in enumerate(raw.mix)),
         workload=Ladder(tuple(raw.ladder.levels), raw.ladder.step_seconds),
         timing=Timing(
-            t.placement_delay_seconds, t.retry_backoff_seconds, t.sample_interval_seconds, t.reservation_timeout_seconds
+            placement_delay_seconds=t.placement_delay_seconds,
+            bind_delay_seconds=t.bind_delay_seconds,
+            retry_backoff_seconds=t.retry_backoff_seconds,
+            sample_interval_seconds=t.sample_interval_seconds,
+            reservation_timeout_seconds=t.reservation_timeout_seconds,
         ),
     )
 

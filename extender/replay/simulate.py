@@ -212,6 +212,7 @@ def pod_object(plan: PodPlan, node: str | None = None) -> Pod:
 class EventKind(Enum):
     REQUEST = auto()  # a trace arrival: request this plan
     WAKE = auto()  # a ladder client asks for its next pod
+    BOUND = auto()  # the scheduler's bind shows in the extender's cache: the pod's hold ends
     LAND = auto()  # a placement reaches its node
     DEPART = auto()  # a running pod ends
     STEP = auto()  # a ladder step begins
@@ -327,6 +328,8 @@ class Replay:
             self.wake(payload)
         elif kind is EventKind.LAND and isinstance(payload, Flight):
             self.land(payload)
+        elif kind is EventKind.BOUND and isinstance(payload, Flight):
+            self.bound(payload)
         elif kind is EventKind.DEPART and isinstance(payload, Flight):
             self.depart(payload)
         elif kind is EventKind.STEP and isinstance(payload, int):
@@ -429,7 +432,13 @@ class Replay:
             self.verbs.bind_started(plan.uid, node)
         self.truth.assumed_cpu[node] += demand.cpu_millis
         self.truth.arriving_pages[node] += need_pages
+        # The bind lands in the API (and the extender's watch) long before the node runs the pod.
+        self.push(self.now + min(self.scenario.timing.bind_delay_seconds, plan.delay_seconds), EventKind.BOUND, flight)
         self.push(self.now + plan.delay_seconds, EventKind.LAND, flight)
+
+    def bound(self, flight: Flight) -> None:
+        """The pod shows up bound: counted on its node by its request, its hold over."""
+        self.state.apply_pod(pod_object(flight.plan, flight.node))
 
     def pick(self, scores: list[tuple[str, int]], cpu_millis: int) -> str:
         """Highest extender score; then the blind scheduler's preference; then a random draw."""
@@ -475,8 +484,7 @@ class Replay:
             self.resolve(plan, node, "node-failed")
             self.retry(plan, self.now)
             return
-        self.truth.used_pages[node] += flight.need_pages
-        self.state.apply_pod(pod_object(plan, node))  # the node reports the pod running
+        self.truth.used_pages[node] += flight.need_pages  # the extender counts it since it was bound
         step.placed += 1
         namespace.placed += 1
         self.resolve(plan, node, "placed")

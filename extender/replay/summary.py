@@ -152,6 +152,7 @@ class ScenarioSummary:
     mean_need_gib: float
     mix: list[str]
     placement_delay_seconds: float
+    bind_delay_seconds: float
     retry_backoff_seconds: float
     reservation_timeout_seconds: float
 
@@ -293,6 +294,7 @@ def summarise_scenario(scenario: Scenario, seed: int) -> ScenarioSummary:
             for k in scenario.mix
         ],
         placement_delay_seconds=scenario.timing.placement_delay_seconds,
+        bind_delay_seconds=scenario.timing.bind_delay_seconds,
         retry_backoff_seconds=scenario.timing.retry_backoff_seconds,
         reservation_timeout_seconds=scenario.timing.reservation_timeout_seconds,
     )

@@ -6,7 +6,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,10 +28,9 @@ def run(*argv: str) -> int:
 
 
 def test_quick_runs_the_whole_matrix_and_writes_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    started = time.monotonic()
+    # How long it takes is printed by the replay itself, not asserted: a shared
+    # machine's load decides that.
     assert run("--quick", "--out", str(tmp_path), "--seed", "3") == 0
-    elapsed = time.monotonic() - started
-    assert elapsed < 60  # --quick promises under a minute on two slow cores
     captured = capsys.readouterr()
     assert f"wrote {tmp_path / 'report.md'}" in captured.out
     assert "quick replay [" in captured.err  # the progress bar
