@@ -176,7 +176,7 @@ class PodKind:
 
 # Pick to bound in the extender's cache, as ``python -m benchmarks hold`` measured it on the
 # real kube-scheduler (docs/performance.md, "Hold to bound"): the time a placement's hold lasts.
-MEASURED_BIND_DELAY_SECONDS = 0.05
+MEASURED_BIND_DELAY_SECONDS = 0.01
 
 
 @dataclass(frozen=True, slots=True)

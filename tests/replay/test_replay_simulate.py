@@ -87,9 +87,9 @@ def test_the_blind_scheduler_sends_a_pod_to_a_node_full_of_outside_usage() -> No
 
 
 def test_in_flight_accounting_turns_a_node_failure_into_a_fast_rejection() -> None:
-    # One 8 GiB pool, two 6 GiB pods 0.01 s apart: the first's bind is still on
-    # its way (it shows up bound after the calibrated 0.05 s) when the second is decided.
-    scenario = Scenario((NodeGroup(1, 8 * GIB, 16_000),), (), trace((0.0, 6), (0.01, 6)))
+    # One 8 GiB pool, two 6 GiB pods 0.005 s apart: the first's bind is still on
+    # its way (it shows up bound after the calibrated 0.01 s) when the second is decided.
+    scenario = Scenario((NodeGroup(1, 8 * GIB, 16_000),), (), trace((0.0, 6), (0.005, 6)))
     outcomes = {}
     for inflight in InFlight:
         total = merge(run_variant(scenario, Variant(Mode.ENFORCE, inflight=inflight), seed=1).steps)
@@ -102,9 +102,9 @@ def test_in_flight_accounting_turns_a_node_failure_into_a_fast_rejection() -> No
 
 def k0_cluster(small_nodes: int) -> Scenario:
     """``small_nodes`` 8 GiB nodes with 16 CPUs and one with 64 CPUs, which the blind
-    scheduler prefers; two 6 GiB pods 0.01 s apart (within the first's bind), decided with K = 0."""
+    scheduler prefers; two 6 GiB pods 0.005 s apart (within the first's bind), decided with K = 0."""
     nodes = (NodeGroup(small_nodes, 8 * GIB, 16_000, prefix="small"), NodeGroup(1, 8 * GIB, 64_000, prefix="big"))
-    return Scenario(nodes, (), trace((0.0, 6), (0.01, 6)))
+    return Scenario(nodes, (), trace((0.0, 6), (0.005, 6)))
 
 
 def outcome(scenario: Scenario, spec: str) -> tuple[int, int, int, int]:
@@ -140,7 +140,7 @@ def test_the_bind_verb_holds_pods_of_every_mode_the_filter_alone_only_enforced_o
     # so without the bind verb the batch pod is invisible until it shows up bound, the vm
     # pod is sent too and one of them fails on the node. The bind verb holds the
     # batch pod as well, and the vm pod is turned away at the decision.
-    arrivals = (Arrival(0.0, "batch", 6 * GIB, 1000, 100.0), Arrival(0.01, "vm", 6 * GIB, 1000, 100.0))
+    arrivals = (Arrival(0.0, "batch", 6 * GIB, 1000, 100.0), Arrival(0.005, "vm", 6 * GIB, 1000, 100.0))
     scenario = Scenario((NodeGroup(1, 8 * GIB, 16_000),), (), Trace(arrivals, windows=1))
     filter_only = run_variant(scenario, parse_variant("enforce:fullscan:k3:ns=vm"), seed=1)
     bind = run_variant(scenario, parse_variant("enforce:fullscan:k3:inflight=bind:ns=vm"), seed=1)
@@ -151,7 +151,7 @@ def test_the_bind_verb_holds_pods_of_every_mode_the_filter_alone_only_enforced_o
 
 
 def test_a_pod_counts_on_its_node_once_bound_long_before_the_node_runs_it() -> None:
-    # The same two pods 0.1 s apart: the first shows up bound after 0.05 s (the
+    # The same two pods 0.1 s apart: the first shows up bound after 0.01 s (the
     # measured bind delay), so even without holds the second is refused at the
     # decision, though the first reaches its node only seconds later.
     scenario = Scenario((NodeGroup(1, 8 * GIB, 16_000),), (), trace((0.0, 6), (0.1, 6)))
