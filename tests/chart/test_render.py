@@ -573,3 +573,18 @@ def test_a_namespace_sized_by_memory_sends_every_pod(helm: Helm) -> None:
     assert "managedResources" not in the_extender(scheduler_config(by_namespace))
     by_default = helm.template(set_values={"config.defaults.needFromMemory": "true"})
     assert "managedResources" not in the_extender(scheduler_config(by_default))
+
+
+def test_percentage_of_nodes_to_score_is_a_value(helm: Helm) -> None:
+    own = helm.template(
+        set_values={
+            "scheduler.mode": "own",
+            "service.clusterIP": "10.96.0.88",
+            "scheduler.percentageOfNodesToScore": "0",
+        }
+    )
+    assert scheduler_config(own)["percentageOfNodesToScore"] == 0
+    secondary = helm.template(set_values={"scheduler.percentageOfNodesToScore": "50"})
+    assert scheduler_config(secondary)["profiles"][0]["percentageOfNodesToScore"] == 50
+    with pytest.raises(HelmError):
+        helm.template(set_values={"scheduler.percentageOfNodesToScore": "101"})

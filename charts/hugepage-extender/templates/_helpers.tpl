@@ -318,14 +318,14 @@ leaderElection:
 # The extender only sees the nodes the in-tree filters let through, and a
 # scheduler stops filtering once it has enough feasible nodes; 100 makes it
 # look at every node, so a pod is never failed while a fitting node exists.
-percentageOfNodesToScore: 100
+percentageOfNodesToScore: {{ int .Values.scheduler.percentageOfNodesToScore }}
 {{- else }}
 profiles:
   - schedulerName: {{ .Values.scheduler.schedulerName }}
     # The extender only sees the nodes the in-tree filters let through, and a
     # scheduler stops filtering once it has enough feasible nodes; 100 makes
     # it look at every node, so a pod is never failed while a fitting node exists.
-    percentageOfNodesToScore: 100
+    percentageOfNodesToScore: {{ int .Values.scheduler.percentageOfNodesToScore }}
     {{- with .Values.scheduler.plugins }}
     plugins:
       {{- toYaml . | nindent 6 }}
