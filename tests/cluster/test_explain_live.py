@@ -181,8 +181,8 @@ def test_a_pending_pod_explained_live_with_the_hold_in_flight(cell: Cell, tls_ex
     plane.create_pod(
         cell.namespace, "vm-elsewhere", scheduler_name="elsewhere", hugepages_2mi="768Mi", node_selector=cell.selector
     )
-    other = plane.core.read_namespaced_pod("vm-elsewhere", cell.namespace, _preload_content=False).data
-    hold_in_flight(tls_extender, msgspec.json.decode(other), roomy)
+    raw: Any = plane.core.read_namespaced_pod("vm-elsewhere", cell.namespace, _preload_content=False)
+    hold_in_flight(tls_extender, msgspec.json.decode(raw.data), roomy)
 
     # 512Mi: "roomy" would hold it (1Gi, nothing bound) but for the hold; "full" never can.
     cell.pod("web", scheduler, hugepages_2mi="512Mi")
