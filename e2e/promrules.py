@@ -70,7 +70,7 @@ Labels = tuple[tuple[str, str], ...]
 
 @dataclass
 class Series:
-    kind: str  # counter or gauge (histogram buckets, sums and counts are counters)
+    kind: str  # counter, gauge or age (histogram buckets, sums and counts are counters)
     points: dict[int, float] = field(default_factory=dict)  # step index -> value
 
 
@@ -99,7 +99,7 @@ class Scrapes:
         for family in text_string_to_metric_families(text):
             kind = "gauge" if family.type in ("gauge", "info", "unknown", "stateset") else "counter"
             if family.name.endswith("_age_seconds"):
-                kind = "counter"  # an age keeps growing while the state lasts
+                kind = "age"  # keeps growing while the state lasts, at its latest pace
             for sample in family.samples:
                 labels = tuple(sorted({**sample.labels, **self.target}.items()))
                 entry = self.series.setdefault((sample.name, labels), Series(kind))
@@ -151,6 +151,8 @@ def _values(points: Mapping[int, float], kind: str, last_step: int, hold_steps: 
     rate = 0.0
     if kind == "counter" and known[-1] > known[0]:
         rate = max(0.0, (last - points[known[0]]) / (known[-1] - known[0]))
+    elif kind == "age" and len(known) > 1:
+        rate = max(0.0, (last - points[known[-2]]) / (known[-1] - known[-2]))
     # promtool's expanding notation: "a+bxn" is a, a+b, ..., a+n*b (n+1 samples).
     cells.append(f"{_number(last + rate)}+{_number(rate)}x{hold_steps - 1}")
     return " ".join(cells)
