@@ -136,7 +136,7 @@ def test_down_and_not_ready_fire(cell: Cell, rules: Path, tmp_path: Path) -> Non
         rules,
         down,
         hold_seconds=6 * 60,  # for: 5m
-        fires=[Expected("HugepageExtenderDown", {"severity": "critical", **RELEASE})],
+        fires=[Expected("HugepageExtenderDown", {"severity": "critical"})],
         quiet=["HugepageExtenderNotReady"],
     )
 
