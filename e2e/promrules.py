@@ -90,8 +90,9 @@ class Scrapes:
 
     def scrape(self, fetch: Callable[[], str | None]) -> bool:
         """One scrape: ``fetch`` returns the exposition text, or None when the target did not answer."""
-        step = self._step()
-        self.last_step = max(self.last_step, step)
+        # Never two scrapes on one step: a later one would overwrite the earlier sample.
+        step = max(self._step(), self.last_step + 1) if self.up else self._step()
+        self.last_step = step
         text = fetch()
         self.up[step] = 0.0 if text is None else 1.0
         if text is None:

@@ -82,6 +82,11 @@ class Extender:
         self.events = events
         self.verbs = ExtenderVerbs(config, state, rng=rng)
         self.waiting = WaitingPods()  # enforced pods no node could take, for the Pending alert
+        # Series at 0 for the namespaces configured in shadow: increase() in the alert then
+        # counts their first would-be rejection too (a series first seen at 1 counts as no increase).
+        for namespace, policy in config.placement.namespaces.items():
+            if policy.mode is Mode.SHADOW:
+                metrics.child(metrics.shadow_rejected_pods, namespace)
 
     async def filter(self, request: web.Request) -> web.Response:
         args = parse_extender_args(await request.read())
