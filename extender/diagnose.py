@@ -47,7 +47,8 @@ def live_explanation(
     cluster: str = "the API server",
     config_source: str = "built-in defaults",
 ) -> Explanation:
-    pod = read_pod(api, namespace, name)
+    live_pod = read_pod(api, namespace, name)
+    pod = live_pod.pod
     # The extender first: its pool and policy decide how the cluster's pods are counted.
     remote = extender.state(namespace, None, exclude_pod=pod.metadata.uid) if extender is not None else None
     config = _adopt(config, remote)
@@ -57,8 +58,16 @@ def live_explanation(
     policy = remote.policy if remote is not None else config.policy_for(namespace)
     demand = pod_demand(pod, config.resource_name, need_from_memory=policy.need_from_memory)
     accounts = state.accounts if remote is None else with_holds(state.accounts, remote.holds)
-    names = list(nodes) if nodes else sorted(state.accounts)
     sources = {"cluster": f"{cluster}: {len(live.nodes)} nodes, {len(live.pods)} bound pods"}
+    if nodes:
+        names = list(nodes)
+    elif live_pod.node_selector:
+        # The scheduler never considers the others: the table keeps to the nodes it does.
+        names = live.matching(live_pod.node_selector)
+        shown = ",".join(f"{k}={v}" for k, v in sorted(live_pod.node_selector.items()))
+        sources["candidates"] = f"{len(names)} nodes match the pod's nodeSelector {shown}"
+    else:
+        names = sorted(state.accounts)
     if pod.spec.node_name:
         sources["pod"] = f"already bound to {pod.spec.node_name} (not counted there below)"
     if remote is not None and extender is not None:

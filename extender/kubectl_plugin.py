@@ -32,7 +32,7 @@ from extender.diagnose import (
 from extender.diagnostics import render_node_rows
 from extender.errors import ExtenderError
 from extender.explain import render_table
-from extender.kube.live import api_client_for
+from extender.kube.live import api_client_for, context_namespace
 
 log = logging.getLogger("kubectl-hugepages")
 
@@ -50,7 +50,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    namespace, name = split_pod_name(args.pod, args.namespace or "default")
+    namespace, name = split_pod_name(args.pod, args.namespace or context_namespace(args.kubeconfig, args.context))
     with api_client_for(args.kubeconfig, context=args.context) as api:
         result = live_explanation(
             api,
@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     exp = commands.add_parser("explain", help="node by node, why a pod fits or not (NAMESPACE/NAME or NAME)")
     exp.add_argument("pod", help="NAMESPACE/NAME, or NAME with -n")
-    exp.add_argument("-n", "--namespace", help="the pod's namespace when not in the name (default: default)")
+    exp.add_argument(
+        "-n", "--namespace", help="the pod's namespace when not in the name (default: the context's namespace)"
+    )
     _common(exp)
     exp.set_defaults(run=_explain)
     nodes = commands.add_parser("nodes", help="per node: pool, used by pods, outside pods, in flight, free")

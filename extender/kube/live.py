@@ -40,10 +40,40 @@ class _Page(msgspec.Struct, Generic[T]):
     metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
 
 
+class _Labels(msgspec.Struct):
+    labels: dict[str, str] | None = None
+
+
+class _Labeled(msgspec.Struct):
+    """Only a node's labels: the extender's own structs skip them (its cache never needs them)."""
+
+    metadata: _Labels = msgspec.field(default_factory=_Labels)
+
+
+class _SelectorSpec(msgspec.Struct, rename="camel"):
+    node_selector: dict[str, str] | None = None
+
+
+class _WithSelector(msgspec.Struct):
+    spec: _SelectorSpec = msgspec.field(default_factory=_SelectorSpec)
+
+
+@dataclass(frozen=True, slots=True)
+class LivePod:
+    pod: Pod
+    node_selector: dict[str, str]  # spec.nodeSelector: which nodes the scheduler considers at all
+
+
 @dataclass(frozen=True, slots=True)
 class LiveCluster:
     nodes: list[Node]
     pods: list[Pod]  # bound and not terminal
+    labels: dict[str, dict[str, str]]  # node -> its labels
+
+    def matching(self, selector: dict[str, str]) -> list[str]:
+        """Nodes whose labels hold every key=value of ``selector`` (as spec.nodeSelector selects), by name."""
+        wanted = selector.items()
+        return sorted(n.metadata.name for n in self.nodes if wanted <= self.labels.get(n.metadata.name, {}).items())
 
 
 def _call(what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
@@ -58,31 +88,53 @@ def _call(what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> byt
     return data
 
 
-def _list_all(what: str, call: Callable[..., Any], item: type[T], **kwargs: Any) -> list[T]:
-    decoder = msgspec.json.Decoder(_Page[item])  # type: ignore[valid-type]
-    items: list[T] = []
+def _list_pages(what: str, call: Callable[..., Any], **kwargs: Any) -> list[bytes]:
+    """Every page of a list, as the API sent it."""
+    pages: list[bytes] = []
     token: str | None = None
     while True:
         extra = {"_continue": token} if token else {}
-        page = decoder.decode(_call(what, call, limit=PAGE_SIZE, **kwargs, **extra))
-        items.extend(page.items)
-        token = page.metadata.continue_
+        pages.append(_call(what, call, limit=PAGE_SIZE, **kwargs, **extra))
+        token = msgspec.json.decode(pages[-1], type=_Page[_Labeled]).metadata.continue_
         if not token:
-            return items
+            return pages
 
 
-def read_pod(api: client.ApiClient, namespace: str, name: str) -> Pod:
+def _items(pages: list[bytes], item: type[T]) -> list[T]:
+    decoder = msgspec.json.Decoder(_Page[item])  # type: ignore[valid-type]
+    return [obj for page in pages for obj in decoder.decode(page).items]
+
+
+def read_pod(api: client.ApiClient, namespace: str, name: str) -> LivePod:
     core = client.CoreV1Api(api)
-    return msgspec.json.decode(
-        _call(f"get pod {namespace}/{name}", core.read_namespaced_pod, name, namespace), type=Pod
-    )
+    raw = _call(f"get pod {namespace}/{name}", core.read_namespaced_pod, name, namespace)
+    selector = msgspec.json.decode(raw, type=_WithSelector).spec.node_selector or {}
+    return LivePod(msgspec.json.decode(raw, type=Pod), selector)
 
 
 def read_cluster(api: client.ApiClient) -> LiveCluster:
     core = client.CoreV1Api(api)
-    nodes = _list_all("list nodes", core.list_node, Node)
-    pods = _list_all("list pods", core.list_pod_for_all_namespaces, Pod, field_selector=BOUND_ACTIVE_PODS)
-    return LiveCluster(nodes, pods)
+    node_pages = _list_pages("list nodes", core.list_node)
+    nodes = _items(node_pages, Node)
+    labels = {
+        n.metadata.name: labeled.metadata.labels or {}
+        for n, labeled in zip(nodes, _items(node_pages, _Labeled), strict=True)
+    }
+    pod_pages = _list_pages("list pods", core.list_pod_for_all_namespaces, field_selector=BOUND_ACTIVE_PODS)
+    return LiveCluster(nodes, _items(pod_pages, Pod), labels)
+
+
+def context_namespace(kubeconfig: Path | None, context: str | None = None) -> str:
+    """The namespace of the kubeconfig's current context (or ``context``), as kubectl uses it; else default."""
+    try:
+        contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig) if kubeconfig else None
+        )
+    except (config.ConfigException, OSError):
+        return "default"
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+    namespace = ((chosen or {}).get("context") or {}).get("namespace")
+    return str(namespace) if namespace else "default"
 
 
 def api_client_for(

@@ -248,6 +248,8 @@ def test_a_pending_pod_explained_live_with_the_hold_in_flight(cell: Cell, tls_ex
     print(plugin)
     assert "insufficient (in flight)" in next(line for line in plugin.splitlines() if line.startswith(roomy))
     assert "no node can hold the pod now: 1 would, but placements in flight" in plugin
+    # Without --nodes, the nodes the pod's nodeSelector lets the scheduler consider (this test's two).
+    assert "candidates: 2 nodes match the pod's nodeSelector" in plugin
 
     # kubectl hugepages nodes: per node pool, used, outside pods, in flight, free.
     listing = run("kubectl-hugepages", "nodes", "--output", "json", *tls_extender.extender_flags()[2:], env=env)
