@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,8 +32,6 @@ from extender.diagnostics import render_node_rows
 from extender.errors import ExtenderError
 from extender.explain import render_table
 from extender.kube.live import api_client_for, context_namespace
-
-log = logging.getLogger("kubectl-hugepages")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -99,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "WARNING").upper(), format="%(name)s: %(message)s")
+    # The client retries a refused connection three times, each with a warning: the one
+    # error line below says it once.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
     try:
         return int(args.run(args))
     except ExtenderError as error:

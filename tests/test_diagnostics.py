@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -18,8 +19,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from extender.capacity import NodeAccount
+from extender.cli import main as cli_main
 from extender.cluster import ClusterState
 from extender.config import build_config
+from extender.diagnose import PodNameError, split_pod_name
 from extender.diagnostics import (
     NodeHolds,
     StateReportError,
@@ -34,12 +37,14 @@ from extender.diagnostics import (
 )
 from extender.explain import explain, render_table
 from extender.inflight import Reservation
+from extender.kube.live import context_namespace
+from extender.kubectl_plugin import main as plugin_main
 from extender.metrics import Metrics
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Placement, Policy
 from extender.server import Extender, create_app, create_probe_app
 from extender.waiting import Waiting, WaitingPods
-from tests.conftest import make_node, make_pod, pod_json
+from tests.conftest import ROOT, make_node, make_pod, pod_json
 
 MI = 1 << 20
 GI = 1 << 30
@@ -292,3 +297,69 @@ async def test_metrics_for_pools_waiting_pods_and_shadow(aiohttp_client: ClientF
         ]
         == 2 * GI
     )
+
+
+# --------------------------------------------------------------------------- command-line edges
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("payments/router", ("payments", "router")), ("router", ("ctx-ns", "router"))],
+)
+def test_pod_names(value: str, expected: tuple[str, str]) -> None:
+    assert split_pod_name(value, "ctx-ns") == expected
+
+
+@pytest.mark.parametrize("value", ["a/b/c", "payments/", ""])
+def test_bad_pod_names(value: str) -> None:
+    with pytest.raises(PodNameError):
+        split_pod_name(value)
+
+
+def test_extender_flag_needs_a_live_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    pod = ROOT / "examples" / "pod-2gi.yaml"
+    assert cli_main(["explain", "--pod", str(pod), "--extender", "https://x:8888"]) == 2
+    assert "--extender needs a live cluster" in capsys.readouterr().err
+
+
+def test_plugin_reports_an_unreachable_api_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u, namespace: team}}]\n"
+    )
+    assert plugin_main(["nodes", "--kubeconfig", str(kubeconfig)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: list nodes:"), err
+    assert len(err.strip().splitlines()) == 1
+    assert context_namespace(kubeconfig) == "team"
+
+
+def test_explanation_json_keys_are_stable() -> None:
+    result = explain(
+        "default/p",
+        PodDemand(hugepage_bytes=GI, cpu_millis=0),
+        ["n1"],
+        resource_name="hugepages-2Mi",
+        accounts={"n1": account(512)},
+        policy=Policy(),
+    )
+    document = result.as_dict()
+    # Scripts read these; new keys may be added, none renamed or removed.
+    assert list(document) == ["pod", "resource_name", "need_bytes", "cpu_millis", "mode", "nodes", "sources", "summary"]
+    assert list(document["nodes"][0]) == [  # type: ignore[index]
+        "node",
+        "known",
+        "pool_pages",
+        "used_pages",
+        "reserved_pages",
+        "inflight_pages",
+        "free_pages",
+        "need_pages",
+        "verdict",
+        "load",
+        "score",
+        "blocked_by_inflight",
+    ]

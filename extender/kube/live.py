@@ -83,7 +83,8 @@ def _call(what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> byt
         reason = error.reason or ""
         raise LiveReadError(f"{what}: {error.status} {reason}".rstrip()) from None
     except Exception as error:  # connection refused, TLS, DNS: the client's own exceptions vary
-        raise LiveReadError(f"{what}: {error}") from None
+        # urllib3's MaxRetryError carries the cause in .reason
+        raise LiveReadError(f"{what}: {getattr(error, 'reason', None) or error}") from None
     data: bytes = response.data
     return data
 
