@@ -43,7 +43,7 @@ class Explanation:
     cpu_millis: int
     mode: str
     nodes: list[NodeExplanation]
-    # Where each figure came from, e.g. {"cluster": "api", "inFlight": "extender https://...", "policy": ...}.
+    # Where the figures came from, one line each above the table, e.g. {"in flight": "the extender at https://..."}.
     sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
