@@ -24,7 +24,7 @@ from extender.inflight import Reservation
 from extender.policy import Mode, Placement, Policy, Widening
 
 STATE_VERSION = 1
-MAX_STATE_NODES = 1000  # nodes one state request may name (a pod's candidates, or a page of a table)
+MAX_STATE_NODES = 100  # nodes one state request may name: 100 names of 63 characters keep its URL under 8 KiB
 
 
 class StateReportError(ValueError):
