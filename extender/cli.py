@@ -127,7 +127,7 @@ def _explain(args: argparse.Namespace) -> int:
     config = _config(args)
     if args.kubeconfig is not None or args.in_cluster:
         return _explain_live(args, config)
-    if args.extender:
+    if args.extender or args.extender_service:
         raise ConfigError("--extender needs a live cluster (--kubeconfig or --in-cluster)")
     state = ClusterState(config)
     snapshot = load_snapshot(args.snapshot)
@@ -166,7 +166,7 @@ def _explain_live(args: argparse.Namespace, config: Config) -> int:
             name,
             config=config,
             nodes=args.nodes.split(",") if args.nodes else None,
-            extender=remote_from_args(args),
+            extender=remote_from_args(args, api),
             cluster="in-cluster API server" if args.in_cluster else f"API server of {args.kubeconfig}",
             config_source=f"--config {args.config}" if args.config else "built-in defaults (no --config)",
         )

@@ -21,7 +21,7 @@ from extender.config import Config, page_size_of
 from extender.diagnostics import ExtenderState, NodeRow, node_rows, with_holds
 from extender.errors import ExtenderError
 from extender.explain import Explanation, explain
-from extender.kube.live import read_cluster, read_pod
+from extender.kube.live import extender_url_of_service, read_cluster, read_pod
 from extender.podrequest import pod_demand
 from extender.remote import RemoteExtender
 
@@ -115,16 +115,27 @@ def add_extender_arguments(parser: argparse.ArgumentParser) -> None:
         help="its verbs' URL, as the scheduler's urlPrefix (default: $HUGEPAGE_EXTENDER_URL), "
         "e.g. https://hugepage-extender.hugepage-extender.svc:8888",
     )
+    group.add_argument(
+        "--extender-service",
+        metavar="NAMESPACE/NAME",
+        help="find the URL on the chart's Service (its hugepage-extender.io/url annotation), e.g. "
+        "hugepage-extender/hugepage-extender; the URL must be reachable from here",
+    )
     group.add_argument("--extender-ca-file", type=Path, help="CA of its serving certificate")
     group.add_argument("--extender-cert-file", type=Path, help="client certificate, when it requires one")
     group.add_argument("--extender-key-file", type=Path, help="key of --extender-cert-file")
 
 
-def remote_from_args(args: argparse.Namespace) -> RemoteExtender | None:
-    if not args.extender:
+def remote_from_args(args: argparse.Namespace, api: client.ApiClient | None = None) -> RemoteExtender | None:
+    """The extender named by ``--extender``, else found through ``--extender-service`` (needs ``api``)."""
+    url = args.extender
+    if not url and args.extender_service and api is not None:
+        namespace, name = split_pod_name(args.extender_service)
+        url = extender_url_of_service(api, namespace, name)
+    if not url:
         return None
     return RemoteExtender(
-        args.extender,
+        url,
         ca_file=args.extender_ca_file,
         cert_file=args.extender_cert_file,
         key_file=args.extender_key_file,

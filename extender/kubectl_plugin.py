@@ -54,7 +54,7 @@ def _explain(args: argparse.Namespace) -> int:
             namespace,
             name,
             config=load_config(args.config),
-            extender=remote_from_args(args),
+            extender=remote_from_args(args, api),
             cluster=f"context {args.context}" if args.context else "the current kubeconfig context",
             config_source=f"--config {args.config}"
             if args.config
@@ -66,7 +66,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 def _nodes(args: argparse.Namespace) -> int:
     with api_client_for(args.kubeconfig, context=args.context) as api:
-        rows, remote = live_node_rows(api, config=load_config(args.config), extender=remote_from_args(args))
+        rows, remote = live_node_rows(api, config=load_config(args.config), extender=remote_from_args(args, api))
     if args.output == "json":
         print(json.dumps({"extender": remote is not None, "nodes": [r.as_dict() for r in rows]}, indent=2))
     else:

@@ -27,7 +27,6 @@ class RemoteExtender:
     ca_file: Path | None = None
     cert_file: Path | None = None
     key_file: Path | None = None
-    server_name: str | None = None  # the name its certificate carries, when the URL's host is not it
     timeout_seconds: float = 10.0
 
     def _context(self) -> ssl.SSLContext | None:
@@ -54,8 +53,6 @@ class RemoteExtender:
             query["excludePod"] = exclude_pod
         url = f"{self.url.rstrip('/')}/debug/state?{urllib.parse.urlencode(query)}"
         request = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310 (http(s) only)
-        if self.server_name:
-            request.add_header("Host", self.server_name)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_seconds, context=self._context()) as answer:  # noqa: S310
                 body = answer.read(MAX_STATE_BYTES + 1)

@@ -125,6 +125,27 @@ def read_cluster(api: client.ApiClient) -> LiveCluster:
     return LiveCluster(nodes, _items(pod_pages, Pod), labels)
 
 
+URL_ANNOTATION = "hugepage-extender.io/url"
+
+
+class _ServiceMeta(msgspec.Struct):
+    annotations: dict[str, str] | None = None
+
+
+class _Service(msgspec.Struct):
+    metadata: _ServiceMeta = msgspec.field(default_factory=_ServiceMeta)
+
+
+def extender_url_of_service(api: client.ApiClient, namespace: str, name: str) -> str:
+    """The extender's URL, as the chart annotates its Service (``hugepage-extender.io/url``)."""
+    core = client.CoreV1Api(api)
+    raw = _call(f"get service {namespace}/{name}", core.read_namespaced_service, name, namespace)
+    url = (msgspec.json.decode(raw, type=_Service).metadata.annotations or {}).get(URL_ANNOTATION)
+    if not url:
+        raise LiveReadError(f"service {namespace}/{name} has no {URL_ANNOTATION} annotation (not the chart's Service?)")
+    return url
+
+
 def context_namespace(kubeconfig: Path | None, context: str | None = None) -> str:
     """The namespace of the kubeconfig's current context (or ``context``), as kubectl uses it; else default."""
     try:

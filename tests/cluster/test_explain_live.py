@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from kubernetes import client
 
 from e2e.controlplane import (
     ControlPlane,
@@ -251,8 +252,17 @@ def test_a_pending_pod_explained_live_with_the_hold_in_flight(cell: Cell, tls_ex
     # Without --nodes, the nodes the pod's nodeSelector lets the scheduler consider (this test's two).
     assert "candidates: 2 nodes match the pod's nodeSelector" in plugin
 
-    # kubectl hugepages nodes: per node pool, used, outside pods, in flight, free.
-    listing = run("kubectl-hugepages", "nodes", "--output", "json", *tls_extender.extender_flags()[2:], env=env)
+    # kubectl hugepages nodes: per node pool, used, outside pods, in flight, free. The extender found
+    # through a Service annotated as the chart annotates its own (hugepage-extender.io/url).
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "hugepage-extender", "annotations": {"hugepage-extender.io/url": tls_extender.url}},
+        "spec": {"ports": [{"name": "https", "port": 8888}]},
+    }
+    plane.core.create_namespaced_service(cell.namespace, client.V1Service.model_validate(service))
+    found = ["--extender-service", f"{cell.namespace}/hugepage-extender", *tls_extender.extender_flags()[2:]]
+    listing = run("kubectl-hugepages", "nodes", "--output", "json", *found, env={"KUBECONFIG": kubeconfig})
     by_node = {r["node"]: r for r in json.loads(listing)["nodes"]}
     assert by_node[roomy]["in_flight_bytes"] == 768 * MI
     assert by_node[roomy]["in_flight_pods"] == 1
