@@ -28,18 +28,19 @@ lint: $(STAMP)
 
 tools:
 	@e2e/tools/build >/dev/null
+	@e2e/promtool/build >/dev/null
 
 test: lint
-	E2E_TOOLS_BIN="$$(e2e/tools/build)" $(BIN)/pytest $(PYTEST_ARGS)
+	E2E_TOOLS_BIN="$$(e2e/tools/build)" E2E_PROMTOOL="$$(e2e/promtool/build)/promtool" $(BIN)/pytest $(PYTEST_ARGS)
 
 # The fast loop: lint, types, layering and every test that needs no Go-built
 # binary (no control plane, no helm, no kind).
 unit: lint
 	$(BIN)/pytest -q -p no:cacheprovider --ignore=tests/cluster --ignore=tests/chart --ignore=e2e $(PYTEST_ARGS)
 
-# The chart's lint, render and schema tests (builds the pinned helm once).
+# The chart's lint, render, schema and alert-rule tests (builds the pinned helm and promtool once).
 chart: $(STAMP)
-	E2E_TOOLS_BIN="$$(e2e/tools/build)" $(BIN)/pytest -q -p no:cacheprovider tests/chart $(PYTEST_ARGS)
+	E2E_TOOLS_BIN="$$(e2e/tools/build)" E2E_PROMTOOL="$$(e2e/promtool/build)/promtool" $(BIN)/pytest -q -p no:cacheprovider tests/chart $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(ARGS)

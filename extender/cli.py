@@ -19,12 +19,14 @@ import yaml
 from extender import __version__
 from extender.cluster import ClusterState
 from extender.config import Config, ConfigError, load_config
+from extender.diagnose import add_extender_arguments, live_explanation, remote_from_args, split_pod_name
 from extender.errors import ExtenderError
-from extender.explain import explain, render_table
+from extender.explain import Explanation, explain, render_table
 from extender.kube.binder import ApiBinder
 from extender.kube.client import api_client
 from extender.kube.events import PodEvents
 from extender.kube.informer import ClusterInformer, freeze_cache
+from extender.kube.live import api_client_for
 from extender.logs import configure as configure_logging
 from extender.metrics import Metrics
 from extender.objects import Pod
@@ -129,10 +131,14 @@ def _read_pod(path: Path) -> Pod:
 
 def _explain(args: argparse.Namespace) -> int:
     config = _config(args)
+    if args.kubeconfig is not None or args.in_cluster:
+        return _explain_live(args, config)
+    if args.extender or args.extender_service:
+        raise ConfigError("--extender needs a live cluster (--kubeconfig or --in-cluster)")
     state = ClusterState(config)
     snapshot = load_snapshot(args.snapshot)
     state.replace(snapshot.nodes, snapshot.pods)
-    pod = _read_pod(args.pod)
+    pod = _read_pod(Path(args.pod))
     namespace = pod.metadata.namespace or "default"
     policy = config.policy_for(namespace)
     names = args.nodes.split(",") if args.nodes else sorted(state.accounts)
@@ -144,10 +150,33 @@ def _explain(args: argparse.Namespace) -> int:
         accounts=state.accounts,
         policy=policy,
     )
-    if args.output == "json":
+    _print_explanation(result, args.output)
+    return 0
+
+
+def _print_explanation(result: Explanation, output: str) -> None:
+    if output == "json":
         print(json.dumps(result.as_dict(), indent=2))
     else:
         print(render_table(result))
+
+
+def _explain_live(args: argparse.Namespace, config: Config) -> int:
+    """``explain --kubeconfig FILE --pod NAMESPACE/NAME``: the pod and the cluster as the API shows them now."""
+    namespace, name = split_pod_name(args.pod)
+    api = api_client_for(args.kubeconfig, context=args.context, in_cluster=args.in_cluster)
+    with api:
+        result = live_explanation(
+            api,
+            namespace,
+            name,
+            config=config,
+            nodes=args.nodes.split(",") if args.nodes else None,
+            extender=remote_from_args(args, api),
+            cluster="in-cluster API server" if args.in_cluster else f"API server of {args.kubeconfig}",
+            config_source=f"--config {args.config}" if args.config else "built-in defaults (no --config)",
+        )
+    _print_explanation(result, args.output)
     return 0
 
 
@@ -214,10 +243,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     exp = commands.add_parser("explain", help="show, node by node, whether a pod fits and how it scores")
     common(exp)
-    exp.add_argument("--snapshot", type=Path, help="snapshot of Nodes and Pods (default: the bundled example)")
-    exp.add_argument("--pod", type=Path, required=True, help="the pod, as YAML or JSON")
+    cluster = exp.add_mutually_exclusive_group()
+    cluster.add_argument("--snapshot", type=Path, help="snapshot of Nodes and Pods (default: the bundled example)")
+    cluster.add_argument("--kubeconfig", type=Path, help="read the pod, nodes and bound pods from this cluster")
+    cluster.add_argument("--in-cluster", action="store_true", help="read them with this pod's service account")
+    exp.add_argument("--context", help="kubeconfig context (default: the current one)")
+    exp.add_argument(
+        "--pod",
+        required=True,
+        help="the pod: a YAML or JSON file; with --kubeconfig or --in-cluster, NAMESPACE/NAME",
+    )
     exp.add_argument("--nodes", help="comma-separated candidate nodes (default: every node)")
     exp.add_argument("--output", choices=("table", "json"), default="table")
+    add_extender_arguments(exp)
     exp.set_defaults(run=_explain)
     add_replay_parser(commands)
     return parser

@@ -8,7 +8,9 @@ for pod events.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+
+import msgspec
 
 from extender.capacity import NO_POOL_ACCOUNT, Fit, NodeAccount, fits, hugepages_for
 from extender.podrequest import PodDemand
@@ -29,6 +31,8 @@ class NodeExplanation:
     verdict: str
     load: float
     score: int
+    # Only placements in flight keep the pod off this node: it would fit without them.
+    blocked_by_inflight: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,8 @@ class Explanation:
     cpu_millis: int
     mode: str
     nodes: list[NodeExplanation]
+    # Where the figures came from, one line each above the table, e.g. {"in flight": "the extender at https://..."}.
+    sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
@@ -47,6 +53,12 @@ class Explanation:
         admitted = sum(1 for n in self.nodes if n.verdict in (Fit.FITS.value, Fit.NO_POOL.value))
         if admitted:
             return f"{admitted} of {len(self.nodes)} nodes can hold the pod"
+        blocked = sum(1 for n in self.nodes if n.blocked_by_inflight)
+        if blocked:
+            return (
+                f"no node can hold the pod now: {blocked} would, but placements in flight hold their room "
+                "(until those pods show up bound, or reservationTimeoutSeconds)"
+            )
         if any(n.verdict == Fit.INSUFFICIENT.value for n in self.nodes):
             return "no node with hugepage capacity: pools exist but are in use (add nodes or wait)"
         return "no compatible node: every pool is smaller than the pod's need"
@@ -63,11 +75,18 @@ def explain(
     resource_name: str,
     accounts: Mapping[str, NodeAccount],
     policy: Policy,
+    sources: Mapping[str, str] | None = None,
 ) -> Explanation:
     rows = []
     for name in names:
         account = accounts.get(name, NO_POOL_ACCOUNT)
         load = node_load(account, demand, policy)
+        verdict = fits(account, demand.hugepage_bytes)
+        blocked = (
+            verdict is Fit.INSUFFICIENT
+            and account.pending_bytes > 0
+            and fits(msgspec.structs.replace(account, pending_bytes=0), demand.hugepage_bytes).admits
+        )
         rows.append(
             NodeExplanation(
                 node=name,
@@ -78,13 +97,16 @@ def explain(
                 inflight_pages=account.pending_pages,
                 free_pages=account.free_pages,
                 need_pages=hugepages_for(demand.hugepage_bytes, account.page_size),
-                verdict=fits(account, demand.hugepage_bytes).value,
+                verdict=verdict.value,
                 load=load,
                 score=priority(load),
+                blocked_by_inflight=blocked,
             )
         )
     rows.sort(key=lambda r: (-r.score, r.node))
-    return Explanation(pod, resource_name, demand.hugepage_bytes, demand.cpu_millis, policy.mode.value, rows)
+    return Explanation(
+        pod, resource_name, demand.hugepage_bytes, demand.cpu_millis, policy.mode.value, rows, dict(sources or {})
+    )
 
 
 _COLUMNS = ("NODE", "POOL", "USED", "RESERVED", "IN FLIGHT", "FREE", "NEED", "VERDICT", "LOAD", "SCORE")
@@ -95,8 +117,9 @@ def render_table(explanation: Explanation) -> str:
     lines = [
         f"pod {e.pod}: needs {e.need_bytes} bytes of {e.resource_name}, {e.cpu_millis}m CPU; mode {e.mode}",
         "(pool, used, reserved, in flight, free and need are in pages)",
-        "",
     ]
+    lines += [f"{what}: {source}" for what, source in e.sources.items()]
+    lines.append("")
     cells = [_COLUMNS] + [
         (
             n.node if n.known else f"{n.node} (unknown)",
@@ -106,7 +129,7 @@ def render_table(explanation: Explanation) -> str:
             str(n.inflight_pages),
             str(n.free_pages),
             str(n.need_pages),
-            n.verdict,
+            f"{n.verdict} (in flight)" if n.blocked_by_inflight else n.verdict,
             "inf" if n.load == float("inf") else f"{n.load:.3f}",
             str(n.score),
         )

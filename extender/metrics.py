@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
 from prometheus_client import (
@@ -17,8 +18,13 @@ from prometheus_client import (
     disable_created_metrics,
 )
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from extender import __version__
+from extender.capacity import NodeAccount
+from extender.diagnostics import pool_totals
+from extender.waiting import Waiting
 
 M = TypeVar("M", bound=MetricWrapperBase)
 
@@ -107,7 +113,28 @@ class Metrics:
         self.nodes = Gauge("hugepage_extender_cached_nodes", "Nodes in the extender's cache.", registry=r)
         self.pods = Gauge("hugepage_extender_cached_pods", "Bound, non-terminal pods in the cache.", registry=r)
         self.inflight = Gauge("hugepage_extender_inflight_placements", "Placements in flight now.", registry=r)
+        # Per namespace: which namespace is safe to switch to enforce. Bounded by the
+        # namespaces in shadow mode that run hugepage pods. pod_namespace, not namespace:
+        # Prometheus gives every series the namespace of the extender's own pod.
+        self.shadow_rejected_pods = Counter(
+            "hugepage_extender_shadow_rejected_pods",
+            "Pods in shadow mode that enforce would have kept Pending (every candidate lacked room), by namespace.",
+            ["pod_namespace"],
+            registry=r,
+        )
+        self.waiting_pods = Gauge(
+            "hugepage_extender_waiting_pods",
+            "Enforced pods whose latest filter call admitted no node (Pending for hugepages), asked about in the "
+            "last 10 minutes.",
+            registry=r,
+        )
+        self.waiting_oldest = Gauge(
+            "hugepage_extender_waiting_pod_max_age_seconds",
+            "How long the longest-waiting of those pods has waited since its first filter call that admitted no node.",
+            registry=r,
+        )
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
+        self._pools: _PoolCollector | None = None
 
     def child(self, metric: M, *labels: str) -> M:
         """``metric.labels(*labels)``, kept: every request counts in a few of them, and
@@ -124,3 +151,48 @@ class Metrics:
         self.nodes.set_function(lambda: float(state.node_count))
         self.pods.set_function(lambda: float(state.pod_count))
         self.inflight.set_function(lambda: float(state.inflight_count))
+
+    def watch_pools(self, resource_name: str, accounts: Callable[[], Iterable[NodeAccount]]) -> None:
+        """The cluster's pools summed at scrape time (one pass over the node accounts)."""
+        if self._pools is not None:  # a second app over the same metrics: the newest state wins
+            self.registry.unregister(self._pools)
+        self._pools = _PoolCollector(resource_name, accounts)
+        self.registry.register(self._pools)
+
+    def watch_waiting(self, summary: Callable[[], Waiting]) -> None:
+        self.waiting_pods.set_function(lambda: float(summary().count))
+        self.waiting_oldest.set_function(lambda: summary().oldest_seconds)
+
+
+POOL_CAPACITY = "hugepage_extender_pool_capacity_bytes"
+POOL_HELD = "hugepage_extender_pool_held_bytes"
+
+
+class _PoolCollector(Collector):
+    def __init__(self, resource_name: str, accounts: Callable[[], Iterable[NodeAccount]]) -> None:
+        self._resource = resource_name
+        self._accounts = accounts
+
+    def collect(self) -> Iterable[Metric]:
+        totals = pool_totals(self._accounts())
+        capacity = GaugeMetricFamily(
+            POOL_CAPACITY, "Hugepage pool of every node summed (allocatable).", labels=["resource"]
+        )
+        capacity.add_metric([self._resource], float(totals.capacity_bytes))
+        held = GaugeMetricFamily(
+            POOL_HELD,
+            "Hugepage pool held, summed over nodes: by pods' requests, outside pods (node reports), "
+            "by placements in flight.",
+            labels=["resource", "holder"],
+        )
+        held.add_metric([self._resource, "pods"], float(totals.pods_bytes))
+        held.add_metric([self._resource, "outside_pods"], float(totals.outside_pods_bytes))
+        held.add_metric([self._resource, "in_flight"], float(totals.in_flight_bytes))
+        return [capacity, held]
+
+    def describe(self) -> Iterable[Metric]:
+        # Named without reading the state: registering must not walk the accounts.
+        return [
+            GaugeMetricFamily(POOL_CAPACITY, "", labels=["resource"]),
+            GaugeMetricFamily(POOL_HELD, "", labels=["resource", "holder"]),
+        ]

@@ -23,13 +23,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import FilterDecision, HostScores, Outcome
+from extender.diagnostics import MAX_STATE_NODES, holds_per_node, state_report
 from extender.errors import ExtenderError
 from extender.metrics import Metrics
 from extender.objects import Pod
 from extender.podrequest import PodDemand
-from extender.policy import Policy
+from extender.policy import Mode, Policy
 from extender.quantity import QuantityError
 from extender.verbs import ExtenderVerbs
+from extender.waiting import WaitingPods
 from extender.wire import (
     BindingArgs,
     WireError,
@@ -79,6 +81,12 @@ class Extender:
         self.binder = binder
         self.events = events
         self.verbs = ExtenderVerbs(config, state, rng=rng)
+        self.waiting = WaitingPods()  # enforced pods no node could take, for the Pending alert
+        # Series at 0 for the namespaces configured in shadow: increase() in the alert then
+        # counts their first would-be rejection too (a series first seen at 1 counts as no increase).
+        for namespace, policy in config.placement.namespaces.items():
+            if policy.mode is Mode.SHADOW:
+                metrics.child(metrics.shadow_rejected_pods, namespace)
 
     async def filter(self, request: web.Request) -> web.Response:
         args = parse_extender_args(await request.read())
@@ -90,7 +98,13 @@ class Extender:
         decision, held = self.verbs.filter(pod.metadata.uid, pod.metadata.namespace, demand, args.node_names)
         if held:
             self.metrics.child(self.metrics.reservations, "filter").inc()
-        self._observe(pod, self.config.policy_for(pod.metadata.namespace), decision, demand, len(args.node_names))
+        policy = self.config.policy_for(pod.metadata.namespace)
+        self._observe(pod, policy, decision, demand, len(args.node_names))
+        if policy.mode is Mode.ENFORCE and demand.wants_hugepages:
+            if decision.passed:
+                self.waiting.placed(pod.metadata.uid)
+            else:
+                self.waiting.unplaced(pod.metadata.uid, time.monotonic())
         return web.Response(body=render_filter(args, decision), content_type=JSON)
 
     async def prioritize(self, request: web.Request) -> web.Response:
@@ -124,6 +138,29 @@ class Extender:
         self.metrics.child(self.metrics.binds, "bound").inc()
         return web.Response(body=render_binding(), content_type=JSON)
 
+    async def debug_state(self, request: web.Request) -> web.Response:
+        """What only the running extender knows, for ``explain --extender`` and ``kubectl hugepages``:
+        per-node totals of placements in flight, a namespace's effective policy. Figures only: no
+        objects, no pod names or UIDs (``excludePod`` is only compared), nothing from a Secret.
+        On the verbs' port, so behind the same TLS and client certificates as the verbs."""
+        query = request.query
+        namespace = query.get("namespace", "")
+        nodes = [n for n in query.get("nodes", "").split(",") if n] if "nodes" in query else None
+        if nodes is not None and len(nodes) > MAX_STATE_NODES:
+            raise web.HTTPBadRequest(text=f"at most {MAX_STATE_NODES} nodes per request")
+        self.state.expire_reservations()
+        report = state_report(
+            resource_name=self.config.resource_name,
+            ready=self.state.ready,
+            namespace=namespace,
+            policy=self.config.policy_for(namespace),
+            exempt=namespace in self.config.placement.exempt_namespaces,
+            placement=self.config.placement,
+            holds=holds_per_node(self.state.reservations(), nodes, exclude_uid=query.get("excludePod", "")),
+            node_reports=None,  # the node agent's reports (issue 10) are wired in here
+        )
+        return web.json_response(report, headers={"Cache-Control": "no-store"})
+
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -149,6 +186,9 @@ class Extender:
             m.child(m.fit_rejections, mode.value, "exceeds_pool").inc(decision.exceeds_pool)
         if decision.widened:
             m.child(m.widenings, policy.widening.value).inc()
+        rejected = decision.insufficient + decision.exceeds_pool
+        if outcome is Outcome.SHADOW and decision.examined and rejected >= decision.examined:
+            m.child(m.shadow_rejected_pods, pod.metadata.namespace).inc()
         if decision.passed or outcome is Outcome.SHADOW:
             return
         log.info(
@@ -242,8 +282,12 @@ def create_app(extender: Extender) -> web.Application:
     app = web.Application(client_max_size=max_bytes)
     app[EXTENDER] = extender
     extender.metrics.watch_state(extender.state)
+    # A lambda, not the bound method: a relist replaces the accounts dict.
+    extender.metrics.watch_pools(extender.config.resource_name, lambda: extender.state.accounts.values())  # noqa: PLW0108
+    extender.metrics.watch_waiting(lambda: extender.waiting.summary(time.monotonic()))
     for verb, handler in (("filter", extender.filter), ("prioritize", extender.prioritize), ("bind", extender.bind)):
         app.router.add_post(f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes))
+    app.router.add_get("/debug/state", extender.debug_state)  # read-only; the verbs' TLS and client certificates
     app.router.add_get("/healthz", extender.healthz)
     app.router.add_get("/readyz", extender.readyz)
     app.router.add_get("/metrics", extender.metrics_page)

@@ -254,6 +254,10 @@ def test_service_keeps_one_scheduler_on_one_replica(renders: dict[str, Rendered]
     assert set(ports) == {"https" if is_tls(scenario) else "http", "metrics"}
     if is_own(scenario):
         assert service["spec"]["clusterIP"] == values_of(scenario)["service"]["clusterIP"]
+    # kubectl hugepages --extender-service reads the verbs' URL here: the scheduler's urlPrefix.
+    scheduler_config = renders[scenario].get("ConfigMap", SCHEDULER)["data"]["scheduler-config.yaml"]
+    url = yaml.safe_load(scheduler_config)["extenders"][0]["urlPrefix"]
+    assert service["metadata"]["annotations"]["hugepage-extender.io/url"] == url
 
 
 @pytest.mark.parametrize("scenario", sorted(CI))

@@ -1,0 +1,154 @@
+"""Live diagnostics: ``explain --kubeconfig`` and ``kubectl hugepages``, against the cluster as it is now.
+
+One read of the API (the pod, every node, every bound pod) builds the same
+``ClusterState`` the extender builds from its watch; the running extender, when
+asked, adds what only it knows: placements in flight and the namespace's
+effective policy. Then the same pure ``explain`` and ``node_rows`` as offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from kubernetes import client
+
+from extender.cluster import ClusterState
+from extender.config import Config, page_size_of
+from extender.diagnostics import ExtenderState, NodeRow, node_rows, with_holds
+from extender.errors import ExtenderError
+from extender.explain import Explanation, explain
+from extender.kube.live import extender_url_of_service, read_cluster, read_pod
+from extender.podrequest import pod_demand
+from extender.remote import RemoteExtender
+
+
+def _adopt(config: Config, remote: ExtenderState | None) -> Config:
+    """The extender's pool (resource name) and policies win over a local config's: it is the one deciding."""
+    if remote is None:
+        return config
+    name = remote.resource_name
+    return dataclasses.replace(
+        config, resource_name=name, page_size_bytes=page_size_of(name), placement=remote.placement
+    )
+
+
+def live_explanation(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    *,
+    config: Config,
+    nodes: Sequence[str] | None = None,
+    extender: RemoteExtender | None = None,
+    cluster: str = "the API server",
+    config_source: str = "built-in defaults",
+) -> Explanation:
+    live_pod = read_pod(api, namespace, name)
+    pod = live_pod.pod
+    # The extender first: its pool and policy decide how the cluster's pods are counted.
+    remote = extender.state(namespace, None, exclude_pod=pod.metadata.uid) if extender is not None else None
+    config = _adopt(config, remote)
+    live = read_cluster(api)
+    state = ClusterState(config)
+    state.replace(live.nodes, [p for p in live.pods if p.metadata.uid != pod.metadata.uid])
+    policy = remote.policy if remote is not None else config.policy_for(namespace)
+    demand = pod_demand(pod, config.resource_name, need_from_memory=policy.need_from_memory)
+    accounts = state.accounts if remote is None else with_holds(state.accounts, remote.holds)
+    sources = {"cluster": f"{cluster}: {len(live.nodes)} nodes, {len(live.pods)} bound pods"}
+    if nodes:
+        names = list(nodes)
+    elif live_pod.node_selector:
+        # The scheduler never considers the others: the table keeps to the nodes it does.
+        names = live.matching(live_pod.node_selector)
+        shown = ",".join(f"{k}={v}" for k, v in sorted(live_pod.node_selector.items()))
+        sources["candidates"] = f"{len(names)} nodes match the pod's nodeSelector {shown}"
+    else:
+        names = sorted(state.accounts)
+    if pod.spec.node_name:
+        sources["pod"] = f"already bound to {pod.spec.node_name} (not counted there below)"
+    if remote is not None and extender is not None:
+        held = sum(h.pods for n, h in remote.holds.items() if n in set(names))
+        sources["policy"] = f"the extender at {extender.url}" + (" (namespace exempt)" if remote.exempt else "")
+        sources["in flight"] = f"the extender at {extender.url}: {held} hold(s) on these nodes"
+        if not remote.ready:
+            sources["warning"] = "the extender is not ready: its cluster state is not synced"
+    else:
+        sources["policy"] = config_source
+        sources["in flight"] = "not known: ask the running extender (--extender URL)"
+    return explain(
+        f"{namespace}/{name}",
+        demand,
+        names,
+        resource_name=config.resource_name,
+        accounts=accounts,
+        policy=policy,
+        sources=sources,
+    )
+
+
+def live_node_rows(
+    api: client.ApiClient, *, config: Config, extender: RemoteExtender | None = None
+) -> tuple[list[NodeRow], ExtenderState | None]:
+    remote = extender.state("", None) if extender is not None else None
+    config = _adopt(config, remote)
+    live = read_cluster(api)
+    state = ClusterState(config)
+    state.replace(live.nodes, live.pods)
+    holds = remote.holds if remote is not None else {}
+    reports = remote.node_reports if remote is not None else None
+    return node_rows(state.accounts, holds, reports), remote
+
+
+# --------------------------------------------------------------------------- shared command-line options
+
+
+def add_extender_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the running extender (placements in flight, effective policy)")
+    group.add_argument(
+        "--extender",
+        metavar="URL",
+        default=os.environ.get("HUGEPAGE_EXTENDER_URL"),
+        help="its verbs' URL, as the scheduler's urlPrefix (default: $HUGEPAGE_EXTENDER_URL), "
+        "e.g. https://hugepage-extender.hugepage-extender.svc:8888",
+    )
+    group.add_argument(
+        "--extender-service",
+        metavar="NAMESPACE/NAME",
+        help="find the URL on the chart's Service (its hugepage-extender.io/url annotation), e.g. "
+        "hugepage-extender/hugepage-extender; the URL must be reachable from here",
+    )
+    group.add_argument("--extender-ca-file", type=Path, help="CA of its serving certificate")
+    group.add_argument("--extender-cert-file", type=Path, help="client certificate, when it requires one")
+    group.add_argument("--extender-key-file", type=Path, help="key of --extender-cert-file")
+
+
+def remote_from_args(args: argparse.Namespace, api: client.ApiClient | None = None) -> RemoteExtender | None:
+    """The extender named by ``--extender``, else found through ``--extender-service`` (needs ``api``)."""
+    url = args.extender
+    if not url and args.extender_service and api is not None:
+        namespace, name = split_pod_name(args.extender_service)
+        url = extender_url_of_service(api, namespace, name)
+    if not url:
+        return None
+    return RemoteExtender(
+        url,
+        ca_file=args.extender_ca_file,
+        cert_file=args.extender_cert_file,
+        key_file=args.extender_key_file,
+    )
+
+
+def split_pod_name(value: str, default_namespace: str = "default") -> tuple[str, str]:
+    """``NAMESPACE/NAME`` or ``NAME`` (in ``default_namespace``)."""
+    namespace, _, name = value.rpartition("/")
+    if not name or "/" in namespace:
+        raise PodNameError(f"expected NAMESPACE/NAME or NAME, got {value!r}")
+    return namespace or default_namespace, name
+
+
+class PodNameError(ExtenderError, ValueError):
+    """A pod argument that is not NAMESPACE/NAME."""

@@ -1,0 +1,87 @@
+"""Asking a running extender for its state (``GET /debug/state``), as the scheduler calls it:
+HTTPS with the CA that signed its certificate, and a client certificate when it requires one."""
+
+from __future__ import annotations
+
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from extender.diagnostics import MAX_STATE_NODES, ExtenderState, StateReportError, parse_state_report
+from extender.errors import ExtenderError
+
+MAX_STATE_BYTES = 8 * 1024 * 1024
+
+
+class ExtenderUnreachable(ExtenderError):
+    """The extender did not answer its state, or answered something else."""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteExtender:
+    url: str  # https://hugepage-extender.hugepage-extender.svc:8888 (the verbs' URL, as urlPrefix)
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    timeout_seconds: float = 10.0
+
+    def _context(self) -> ssl.SSLContext | None:
+        if not self.url.startswith("https://"):
+            if self.cert_file or self.ca_file:
+                raise ExtenderUnreachable(f"{self.url}: client certificates and a CA need an https:// URL")
+            return None
+        context = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+        if self.cert_file is not None:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+    def state(self, namespace: str, nodes: Sequence[str] | None = None, *, exclude_pod: str = "") -> ExtenderState:
+        """The extender's state for ``namespace``; in-flight holds on ``nodes`` (None: every node with one)."""
+        query: dict[str, str] = {"namespace": namespace}
+        if nodes is not None:
+            if len(nodes) > MAX_STATE_NODES:
+                # Asked in pages: a candidate list can be the whole cluster.
+                first = self.state(namespace, nodes[:MAX_STATE_NODES], exclude_pod=exclude_pod)
+                rest = self.state(namespace, nodes[MAX_STATE_NODES:], exclude_pod=exclude_pod)
+                return _merged(first, rest)
+            query["nodes"] = ",".join(nodes)
+        if exclude_pod:
+            query["excludePod"] = exclude_pod
+        url = f"{self.url.rstrip('/')}/debug/state?{urllib.parse.urlencode(query)}"
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310 (http(s) only)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_seconds, context=self._context()) as answer:  # noqa: S310
+                body = answer.read(MAX_STATE_BYTES + 1)
+        except urllib.error.HTTPError as error:
+            raise ExtenderUnreachable(f"{self.url}: /debug/state answered {error.code} {error.reason}") from None
+        except (urllib.error.URLError, OSError, ssl.SSLError) as error:
+            reason = getattr(error, "reason", error)
+            raise ExtenderUnreachable(f"{self.url}: {reason}") from None
+        if len(body) > MAX_STATE_BYTES:
+            raise ExtenderUnreachable(f"{self.url}: state answer over {MAX_STATE_BYTES} bytes")
+        try:
+            return parse_state_report(body)
+        except StateReportError as error:
+            raise ExtenderUnreachable(f"{self.url}: {error}") from None
+
+
+def _merged(a: ExtenderState, b: ExtenderState) -> ExtenderState:
+    reports = (
+        None
+        if a.node_reports is None and b.node_reports is None
+        else {**(a.node_reports or {}), **(b.node_reports or {})}
+    )
+    return ExtenderState(
+        resource_name=a.resource_name,
+        ready=a.ready and b.ready,
+        namespace=a.namespace,
+        policy=a.policy,
+        exempt=a.exempt,
+        holds={**a.holds, **b.holds},
+        placement=a.placement,
+        node_reports=reports,
+    )
