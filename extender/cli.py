@@ -1,4 +1,4 @@
-"""The ``hugepage-extender`` command: ``serve``, ``explain`` and ``replay``."""
+"""The ``hugepage-extender`` command: ``serve``, ``explain``, ``replay`` and ``node-agent``."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from extender.kube.client import api_client
 from extender.kube.events import PodEvents
 from extender.kube.informer import ClusterInformer, freeze_cache
 from extender.metrics import Metrics
+from extender.nodeagent.cli import add_parser as add_node_agent_parser
 from extender.objects import Pod
 from extender.quantity import QuantityError
 from extender.replay import add_parser as add_replay_parser
@@ -197,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--output", choices=("table", "json"), default="table")
     exp.set_defaults(run=_explain)
     add_replay_parser(commands)
+    add_node_agent_parser(commands)
     return parser
 
 
