@@ -123,6 +123,7 @@ class PoolReport:
     source: str
     total_pages: int  # the kernel's persistent pool (caps allocatable)
     outside_pages: int | None  # None: the agent could not tell pods' pages apart
+    pod_pages: int | None  # the pages pods hold, as the kernel charges them
     reserved_pages: int  # the kernel's global reservations, not yet faulted
     numa_free_pages: tuple[int, ...]  # free pages per NUMA node (empty: no NUMA figures)
 
@@ -176,6 +177,24 @@ def read_report(raw: bytes, resource_name: str, page_size: int) -> PoolReport | 
         source=report.source,
         total_pages=size.total_pages,
         outside_pages=size.outside_pages,
+        pod_pages=size.pod_pages,
         reserved_pages=size.reserved_pages or 0,
         numa_free_pages=tuple(numa_free),
     )
+
+
+MAX_REPORT_BYTES = 64 * 1024  # a record is a few hundred bytes per page size; anything this big is not one
+ReportRecord = tuple[str, PoolReport | None, ReportError | None]
+
+
+def report_record(name: str, raw: bytes | None, resource_name: str, page_size: int) -> ReportRecord:
+    """(node, figures or None, error or None) of one object's ``report``, never raising: what the
+    cluster state takes (``ClusterState.apply_report``)."""
+    if raw is None:
+        return name, None, ReportError("malformed", "no report")
+    if len(raw) > MAX_REPORT_BYTES:
+        return name, None, ReportError("huge", f"report of {len(raw)} bytes")
+    try:
+        return name, read_report(raw, resource_name, page_size), None
+    except ReportError as error:
+        return name, None, error
