@@ -19,8 +19,8 @@ from extender.explain import explain, render_table
 from extender.metrics import Metrics
 from extender.nodeagent.record import ReportError, read_report, report_record
 from extender.podrequest import PodDemand
-from extender.snapshot import parse_snapshot
 from extender.policy import Mode, Policy
+from extender.snapshot import parse_snapshot
 from tests.conftest import MiB, make_node, make_pod
 
 NOW = 1_800_000_000.0
