@@ -96,6 +96,9 @@ class _StateCollector(Collector):
         self._state = state
 
     def collect(self) -> Iterator[Metric]:
+        # Records age while nothing happens; decisions expire them as they go, a scrape does too
+        # (both on the event loop, the state's only thread), so the gauge is right when nobody schedules.
+        self._state.expire_reports()
         reports = GaugeMetricFamily(
             "hugepage_extender_node_reports",
             "Nodes by the state of their agent record: fresh (used), stale (older than nodeReportMaxAgeSeconds: "

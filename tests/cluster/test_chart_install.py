@@ -96,7 +96,11 @@ def test_helm_install_is_accepted_and_rbac_is_least_privilege(control_plane: Con
     accounts = [
         sa.metadata.name
         for sa in control_plane.core.list_namespaced_service_account(namespace).items
-        if sa.metadata and sa.metadata.name and "scheduler" not in sa.metadata.name and sa.metadata.name != "default"
+        if sa.metadata
+        and sa.metadata.name
+        and "scheduler" not in sa.metadata.name
+        and "node-agent" not in sa.metadata.name
+        and sa.metadata.name != "default"
     ]
     assert len(accounts) == 1
     user = f"system:serviceaccount:{namespace}:{accounts[0]}"
