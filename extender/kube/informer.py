@@ -123,8 +123,7 @@ class ClusterInformer:
             return PodRecord(meta.uid, None, pod.is_terminal)
 
     def _report_record(self, obj: ReportObject) -> ReportRecord:
-        raw = None if obj.report is None else bytes(obj.report)
-        return report_record(obj.metadata.name, raw, self._state.resource_name, self._state.page_size)
+        return report_record(obj.metadata.name, obj.report_bytes, self._state.resource_name, self._state.page_size)
 
     # -- run on the event loop ---------------------------------------------------
 

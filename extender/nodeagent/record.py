@@ -112,7 +112,12 @@ class ReportObject(msgspec.Struct):
     malformed one costs one object, not the list it came in."""
 
     metadata: _Meta = msgspec.field(default_factory=_Meta)
-    report: msgspec.Raw | None = None
+    report: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
+
+    @property
+    def report_bytes(self) -> bytes | None:
+        raw = bytes(self.report)
+        return None if raw in (b"", b"null") else raw
 
 
 @dataclass(frozen=True, slots=True)
