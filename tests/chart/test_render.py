@@ -356,7 +356,8 @@ def test_secondary_scheduler_deployment(renders: dict[str, Rendered], scenario: 
     if is_own(scenario):
         assert not rendered.all("Role")
         assert [d["metadata"]["name"] for d in rendered.all("Deployment")] == [EXTENDER]
-        assert [b["metadata"]["name"] for b in rendered.all("ClusterRoleBinding")] == [EXTENDER]
+        bindings = [b["metadata"]["name"] for b in rendered.all("ClusterRoleBinding")]
+        assert sorted(bindings) == [EXTENDER, f"{EXTENDER}-node-agent"]  # no scheduler bindings
         return
     deployment = rendered.get("Deployment", SCHEDULER)
     pod = deployment["spec"]["template"]["spec"]
