@@ -45,6 +45,7 @@ def freeze_cache() -> None:
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 NodeRecord = tuple[str, NodeCapacity]
+REPORT_EXPIRY_SECONDS = 2.0
 
 
 class ClusterInformer:
@@ -87,6 +88,7 @@ class ClusterInformer:
         )
         self.reflectors = {"nodes": nodes, "pods": pods}
         if self._node_reports:
+            self._expire_reports_every(loop, REPORT_EXPIRY_SECONDS)
             list_reports = functools.partial(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
             reports: Reflector[ReportObject, ReportRecord] = Reflector(
                 Resource(PLURAL, list_reports, ReportObject, self._report_record),
@@ -100,6 +102,18 @@ class ClusterInformer:
             thread = threading.Thread(target=reflector.run, name=f"watch-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
+
+    def _expire_reports_every(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        """Records age while nothing happens: look every few seconds (O(1) when none is due), so a
+        stopped agent's node falls back (log, metric) even when no pod is being scheduled."""
+
+        def tick() -> None:
+            if self._stop.is_set():
+                return
+            self._guarded(self._state.expire_reports)
+            loop.call_later(seconds, tick)
+
+        loop.call_later(seconds, tick)
 
     def stop(self) -> None:
         """Ask the watch threads to end; they are daemons, so exit never waits on a socket."""
