@@ -460,3 +460,28 @@ def test_need_from_memory_pods_never_land_on_a_node_without_a_pool_or_with_a_zer
     wait_for_event(cell.core, cell.namespace, "vm-2", "FailedScheduling", contains=EXTENDER_REASON_INSUFFICIENT)
     placed = cell.plane.pod_assignments(cell.namespace)
     assert {name: node for name, node in placed.items() if node} == {"vm-0": pooled, "vm-1": pooled}, placed
+
+
+# --------------------------------------------------------------------------- 5. odd annotations
+
+
+def test_odd_annotations_never_keep_the_extender_unready(cell: Cell) -> None:
+    # Anyone who may annotate Nodes can write these; "1e999999" once became a million-digit integer.
+    odd = {"nan": "NaN", "huge": "1e999999", "word": "lots"}
+    for suffix, value in odd.items():
+        node = cell.node(suffix)
+        cell.core.patch_node(
+            node,
+            {"metadata": {"annotations": {f"hugepage-extender.io/reserved-{RESOURCE}": value}}},
+            _content_type="application/merge-patch+json",
+        )
+    cell.node("fine", cpu="2")  # a node with no annotation beside them
+    extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce"}}})  # waits for /readyz
+    ignored = "hugepage_extender_ignored_node_inputs_total"
+    assert metric_value(extender, ignored, {"kind": "annotation", "reason": "malformed"}) >= 2
+    assert metric_value(extender, ignored, {"kind": "annotation", "reason": "absurd"}) >= 1
+    # Those nodes are counted from pod requests, as if unannotated: pods still land on them.
+    scheduler = cell.scheduler(extender)
+    names = cell.pods([f"p-{i}" for i in range(4)], scheduler, hugepages_2mi="512Mi")
+    placed = cell.plane.wait_for_pods_bound(cell.namespace, names)
+    assert set(placed.values()) & {f"{cell.slug}-{suffix}" for suffix in odd}, placed
