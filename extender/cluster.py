@@ -103,7 +103,10 @@ class ClusterState:
         self._max_age = config.placement.defaults.node_report_max_age_seconds
         self._reports: dict[str, PoolReport] = {}
         self._fresh: set[str] = set()  # nodes whose record is fresh under the defaults' max age
-        self._report_deadlines: list[tuple[float, str, float]] = []  # (stale at, node, observed at)
+        # (stale at, node): at most one entry per node, checked against its newest record when due,
+        # so a node whose agent writes often costs no more than one that writes rarely.
+        self._report_deadlines: list[tuple[float, str]] = []
+        self._scheduled: set[str] = set()  # nodes with an entry in _report_deadlines
         self._ignored_reports: dict[str, str] = {}  # node -> why its record is not used
         self.ignored: Counter[tuple[str, str]] = Counter()  # (input kind, reason) -> times seen
         self.stale_reports = 0  # records that went stale while used
@@ -249,9 +252,9 @@ class ClusterState:
                 self._reports[name] = report
                 if now - report.observed_at <= self._max_age:
                     self._fresh.add(name)
-                    heapq.heappush(
-                        self._report_deadlines, (report.observed_at + self._max_age, name, report.observed_at)
-                    )
+                    if name not in self._scheduled:
+                        heapq.heappush(self._report_deadlines, (report.observed_at + self._max_age, name))
+                        self._scheduled.add(name)
         self._refresh({name})
 
     def remove_report(self, name: str) -> None:
@@ -265,6 +268,7 @@ class ClusterState:
         self._fresh.clear()
         self._ignored_reports.clear()
         self._report_deadlines.clear()
+        self._scheduled.clear()
         for name, report, error in records:
             self.apply_report(name, report, error)
             touched.add(name)
@@ -277,18 +281,25 @@ class ClusterState:
             return
         touched = set()
         while deadlines and deadlines[0][0] <= now:
-            _, name, observed_at = heapq.heappop(deadlines)
+            _, name = heapq.heappop(deadlines)
+            self._scheduled.discard(name)
             report = self._reports.get(name)
-            if report is not None and report.observed_at == observed_at and name in self._fresh:
-                self._fresh.discard(name)
-                self.stale_reports += 1
-                touched.add(name)
-                log.warning(
-                    "node %s: agent record is %.0f s old (max %.0f s); counting the node from pod requests only",
-                    name,
-                    now - observed_at,
-                    self._max_age,
-                )
+            if report is None or name not in self._fresh:
+                continue
+            stale_at = report.observed_at + self._max_age
+            if stale_at > now:  # a newer record came meanwhile: look again when that one is due
+                heapq.heappush(deadlines, (stale_at, name))
+                self._scheduled.add(name)
+                continue
+            self._fresh.discard(name)
+            self.stale_reports += 1
+            touched.add(name)
+            log.warning(
+                "node %s: agent record is %.0f s old (max %.0f s); counting the node from pod requests only",
+                name,
+                now - report.observed_at,
+                self._max_age,
+            )
         self._refresh(touched)
 
     def report_view(self, name: str, max_age: float | None = None) -> ReportView:

@@ -278,3 +278,19 @@ def test_a_snapshot_carries_records() -> None:
     state = ClusterState(build_config({}, {}), wall_clock=wall)
     state.replace(snapshot.nodes, snapshot.pods, snapshot.reports)
     assert state.accounts["n"].reserved_pages == 24
+
+
+def test_a_record_renewed_before_its_deadline_stays_fresh_and_the_deadlines_stay_one_per_node() -> None:
+    state, wall = make_state({"defaults": {"nodeReportMaxAgeSeconds": 60}})
+    for _ in range(100):  # an agent writing often
+        wall.now += 1
+        apply(state, "a", report_json(age=NOW - wall.now, outside=7))
+    assert len(state._report_deadlines) == 1
+    wall.now += 30  # the first record is 129 s old, the newest 30 s
+    state.expire_reports()
+    assert state.report_view("a").state is ReportState.FRESH
+    assert state.accounts["a"].reserved_pages == 7
+    wall.now += 31
+    state.expire_reports()
+    assert state.report_view("a").state is ReportState.STALE
+    assert state.stale_reports == 1
