@@ -13,7 +13,7 @@ from typing import Any
 
 from extender.config import ConfigError
 from extender.kube.client import api_client
-from extender.nodeagent.probe import Roots, read_record
+from extender.nodeagent.probe import KUBEPODS, Roots, read_record
 from extender.nodeagent.publish import (
     DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_INTERVAL_SECONDS,
@@ -30,7 +30,8 @@ log = logging.getLogger("extender.nodeagent")
 def _node_agent(args: argparse.Namespace) -> int:
     if not args.node_name:
         raise ConfigError("node-agent: --node-name (or $NODE_NAME) is required")
-    roots = Roots(args.sysfs_root, args.cgroup_root, args.kubelet_root, args.mountinfo)
+    kubepods = (args.kubepods_cgroup.strip("/"),) if args.kubepods_cgroup else KUBEPODS
+    roots = Roots(args.sysfs_root, args.cgroup_root, args.kubelet_root, args.mountinfo, kubepods)
     if args.once:
         record = read_record(args.node_name, roots)
         print(json.dumps(record.as_json(), indent=2) if args.output == "json" else _text(record.as_json()))
@@ -107,6 +108,10 @@ def add_parser(commands: Any) -> None:
         type=Path,
         default=Path("/var/lib/kubelet"),
         help="the kubelet's root dir, for HugePages emptyDirs when the hugetlb controller is off",
+    )
+    agent.add_argument(
+        "--kubepods-cgroup",
+        help="the kubelet's pods cgroup below each hierarchy's root (default: kubepods.slice, else kubepods)",
     )
     agent.add_argument(
         "--mountinfo", type=Path, default=Path("/proc/self/mountinfo"), help="where to find hugetlbfs mounts"

@@ -47,6 +47,7 @@ class Roots:
     cgroup: Path = Path("/sys/fs/cgroup")
     kubelet: Path = Path("/var/lib/kubelet")
     mountinfo: Path = Path("/proc/self/mountinfo")
+    kubepods: tuple[str, ...] = KUBEPODS  # the pods' cgroup, relative to a hierarchy's root
 
 
 def _read(path: Path) -> str | None:
@@ -122,8 +123,8 @@ def numa_pools(sysfs: Path) -> dict[int, dict[int, KernelPool]]:
     return found
 
 
-def _kubepods(base: Path) -> Path | None:
-    return next((base / name for name in KUBEPODS if (base / name).is_dir()), None)
+def _kubepods(base: Path, names: tuple[str, ...]) -> Path | None:
+    return next((base / name for name in names if (base / name).is_dir()), None)
 
 
 def _v2_trees(cgroup: Path) -> Iterator[Path]:
@@ -180,7 +181,7 @@ def _file_blocks(directory: Path) -> Iterator[int]:
 def pod_pages(roots: Roots, sizes: list[int]) -> tuple[Source, dict[int, PodPages] | None]:
     """The pods' pages per page size, and where they were read."""
     for tree in _v2_trees(roots.cgroup):
-        kubepods = _kubepods(tree)
+        kubepods = _kubepods(tree, roots.kubepods)
         if kubepods is None:
             continue
         found = _cgroup_pages(
@@ -192,7 +193,7 @@ def pod_pages(roots: Roots, sizes: list[int]) -> tuple[Source, dict[int, PodPage
         )
         if found is not None:
             return Source.CGROUP_V2, found
-    kubepods = _kubepods(roots.cgroup / "hugetlb")
+    kubepods = _kubepods(roots.cgroup / "hugetlb", roots.kubepods)
     if kubepods is not None:
         found = _cgroup_pages(
             kubepods,

@@ -276,3 +276,20 @@ def test_once_prints_the_record_and_publishes_nothing(tmp_path: Path) -> None:
     dt.datetime.fromisoformat(printed["observedAt"])
     assert printed["pageSizes"]["hugepages-2Mi"]["outsidePages"] == 362
     assert printed["pageSizes"]["hugepages-1Gi"]["outsidePages"] == 3
+
+
+def test_a_kubelet_with_its_own_cgroup_root(tmp_path: Path) -> None:
+    # kubelet --cgroup-root=/k8s (cgroupfs driver): pods below k8s/kubepods, named with a flag.
+    write_tree(
+        tmp_path,
+        {
+            **pool_files(GLOBAL, 2048, nr=64, free=40, resv=0),
+            "cgroup/cgroup.controllers": "hugetlb\n",
+            "cgroup/k8s/kubepods/hugetlb.2MB.current": f"{20 * 2 * MiB}\n",
+        },
+    )
+    roots = Roots(sysfs=tmp_path / "sys", cgroup=tmp_path / "cgroup", kubepods=("k8s/kubepods",))
+    found = read_record("node-a", roots, now=lambda: NOW)
+    assert found.source.value == "cgroup-v2"
+    assert found.sizes["hugepages-2Mi"].figures.outside_pages == 4  # 24 - 20
+    assert record(tmp_path)["source"] == "none"  # not found where the kubelet puts them by default
