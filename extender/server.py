@@ -20,10 +20,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from extender.cluster import ClusterState
+from extender.cluster import ClusterState, ReportState
 from extender.config import Config
 from extender.decision import FilterDecision, HostScores, Outcome
-from extender.diagnostics import MAX_STATE_NODES, holds_per_node, state_report
+from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, state_report
 from extender.errors import ExtenderError
 from extender.metrics import Metrics
 from extender.objects import Pod
@@ -157,9 +157,23 @@ class Extender:
             exempt=namespace in self.config.placement.exempt_namespaces,
             placement=self.config.placement,
             holds=holds_per_node(self.state.reservations(), nodes, exclude_uid=query.get("excludePod", "")),
-            node_reports=None,  # the node agent's reports (issue 10) are wired in here
+            node_reports=self._node_reports(nodes, self.config.policy_for(namespace)),
         )
         return web.json_response(report, headers={"Cache-Control": "no-store"})
+
+    def _node_reports(self, nodes: list[str] | None, policy: Policy) -> dict[str, NodeReport]:
+        """The node agents' records the extender holds, as the namespace's max age judges them."""
+        reports: dict[str, NodeReport] = {}
+        for name in self.state.reported_nodes() if nodes is None else nodes:
+            view = self.state.report_view(name, policy.node_report_max_age_seconds)
+            if view.report is None or view.report.outside_pages is None:
+                continue
+            reports[name] = NodeReport(
+                view.report.outside_pages * self.config.page_size_bytes,
+                view.age_seconds,
+                stale=view.state is ReportState.STALE,
+            )
+        return reports
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -348,7 +348,18 @@ def test_explanation_json_keys_are_stable() -> None:
     )
     document = result.as_dict()
     # Scripts read these; new keys may be added, none renamed or removed.
-    assert list(document) == ["pod", "resource_name", "need_bytes", "cpu_millis", "mode", "nodes", "sources", "summary"]
+    assert list(document) == [
+        "pod",
+        "resource_name",
+        "need_bytes",
+        "cpu_millis",
+        "mode",
+        "nodes",
+        "node_report_max_age_seconds",
+        "sources",
+        "summary",
+        "fallback",
+    ]
     assert list(document["nodes"][0]) == [  # type: ignore[index]
         "node",
         "known",
@@ -362,4 +373,10 @@ def test_explanation_json_keys_are_stable() -> None:
         "load",
         "score",
         "blocked_by_inflight",
+        "report",
+        "report_age_seconds",
+        "report_source",
+        "report_total_pages",
+        "report_outside_pages",
+        "report_reason",
     ]
