@@ -2,12 +2,13 @@ import math
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from decimal import Decimal, localcontext
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kubernetes.utils import parse_quantity
+from kubernetes.utils import parse_quantity as _client_parse_quantity
 
 from extender.quantity import (
     INT64_MAX,
@@ -18,6 +19,8 @@ from extender.quantity import (
     to_millis,
     to_units,
 )
+
+parse_quantity: Callable[[str], Decimal] = _client_parse_quantity
 
 
 @pytest.mark.parametrize(
