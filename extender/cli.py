@@ -6,31 +6,34 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import socket
 import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import msgspec
 import yaml
+from kubernetes.config.config_exception import ConfigException as KubeConfigError
 
 from extender import __version__
 from extender.cluster import ClusterState
-from extender.config import Config, ConfigError, load_config
+from extender.config import Config, ConfigError, holds_need_bind, load_config
 from extender.explain import explain, render_table
 from extender.kube.binder import ApiBinder
 from extender.kube.client import api_client
 from extender.kube.events import PodEvents
-from extender.kube.informer import ClusterInformer, freeze_cache
+from extender.kube.informer import DEFAULT_STALE_AFTER_SECONDS, ClusterInformer, freeze_cache
 from extender.metrics import Metrics
 from extender.objects import Pod
 from extender.quantity import QuantityError
 from extender.replay import add_parser as add_replay_parser
 from extender.server import Extender, create_app, create_probe_app, serve_until_stopped
 from extender.snapshot import SnapshotError, load_snapshot
-from extender.tls import TLSConfigError, server_ssl_context
+from extender.tls import CertificateReloader, TLSConfigError, server_ssl_context
 
 log = logging.getLogger("extender")
 
@@ -46,6 +49,8 @@ def _config(args: argparse.Namespace) -> Config:
 
 def _serve(args: argparse.Namespace) -> int:
     config = _config(args)
+    if (problem := holds_need_bind(config)) is not None and not args.enable_bind:
+        raise ConfigError(problem)
     tls = server_ssl_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
     live = args.in_cluster or args.kubeconfig is not None
     if args.enable_bind and not live:
@@ -82,15 +87,21 @@ async def _serve_async(
         await _serve_apps(args, extender, tls)
         return
     api = api_client(args.kubeconfig, in_cluster=args.in_cluster)
-    informer = ClusterInformer(api, state)
+    informer = ClusterInformer(
+        api,
+        state,
+        stale_after_seconds=args.watch_stale_seconds,
+        watch_timeout_seconds=args.watch_timeout_seconds,
+    )
     binder = ApiBinder(api, timeout_seconds=args.bind_timeout_seconds) if args.enable_bind else None
     events = (
         PodEvents(api, metrics, resource_name=config.resource_name, instance=socket.gethostname())
         if args.events
         else None
     )
-    extender = Extender(config, state, metrics, binder=binder, events=events)
+    extender = Extender(config, state, metrics, binder=binder, events=events, verify_holds=True)
     informer.start(asyncio.get_running_loop())
+    metrics.watch_reflectors(informer.reflectors)
     try:
         await _serve_apps(args, extender, tls)
     finally:
@@ -104,7 +115,21 @@ async def _serve_apps(args: argparse.Namespace, extender: Extender, tls: ssl.SSL
     apps = [(create_app(extender), args.host, args.port, tls)]
     if args.probe_port:
         apps.append((create_probe_app(extender), args.host, args.probe_port, None))
-    await serve_until_stopped(apps, shutdown_timeout=args.shutdown_timeout)
+    background = []
+    if tls is not None:
+        reloader = CertificateReloader(tls, args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+        background.append(lambda: reloader.watch(args.tls_reload_seconds))
+
+    def not_ready() -> None:
+        extender.draining = True
+
+    await serve_until_stopped(
+        apps,
+        shutdown_timeout=args.shutdown_timeout,
+        drain_seconds=args.drain_seconds,
+        on_stop=not_ready,
+        background=tuple(background),
+    )
 
 
 def _read_pod(path: Path) -> Pod:
@@ -144,14 +169,54 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line naming the problem, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def _port(text: str) -> int:
+    port = _port_or_count(text)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return port
+
+
+def _port_or_count(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
+    return value
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(text: str) -> str:
+    if text.upper() not in _LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(_LOG_LEVELS)}")
+    return text.upper()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hugepage-extender",
         description="kube-scheduler extender that keeps pods off nodes whose hugepage pool cannot hold them",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--log-level", type=_log_level, default=os.environ.get("LOG_LEVEL", "INFO"))
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def common(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--config", type=Path, help="YAML config file (default: built-in defaults)")
@@ -165,13 +230,39 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve the extender verbs over HTTP(S)")
     common(serve)
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8888)
+    serve.add_argument("--port", type=_port, default=8888)
     serve.add_argument("--tls-cert-file", type=Path, help="serve HTTPS with this certificate")
     serve.add_argument("--tls-key-file", type=Path, help="private key of --tls-cert-file")
     serve.add_argument("--client-ca-file", type=Path, help="require client certificates signed by this CA")
-    serve.add_argument("--shutdown-timeout", type=float, default=10.0, help="seconds to drain on SIGTERM")
     serve.add_argument(
-        "--probe-port", type=int, help="also serve /healthz, /readyz and /metrics over plain HTTP on this port"
+        "--shutdown-timeout",
+        type=_seconds,
+        default=10.0,
+        help="on SIGTERM, seconds to answer requests already begun once the port is closed",
+    )
+    serve.add_argument(
+        "--drain-seconds",
+        type=_seconds,
+        default=5.0,
+        help="on SIGTERM, seconds to keep serving while not ready, so endpoints drop the pod first (default 5)",
+    )
+    serve.add_argument(
+        "--tls-reload-seconds", type=_seconds, default=10.0, help="how often to look for renewed TLS files"
+    )
+    serve.add_argument(
+        "--watch-stale-seconds",
+        type=_seconds,
+        default=DEFAULT_STALE_AFTER_SECONDS,
+        help="a watch without progress for this long makes the extender unready and filter answer an error",
+    )
+    serve.add_argument(
+        "--watch-timeout-seconds",
+        type=_port_or_count,
+        default=300,
+        help="server-side timeout of each watch request; it then restarts (default 300)",
+    )
+    serve.add_argument(
+        "--probe-port", type=_port, help="also serve /healthz, /readyz and /metrics over plain HTTP on this port"
     )
     serve.add_argument("--kubeconfig", type=Path, help="list and watch this cluster instead of a snapshot")
     serve.add_argument("--in-cluster", action="store_true", help="list and watch the cluster this pod runs in")
@@ -201,16 +292,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    parser = build_parser()
+    # $LOG_LEVEL is a default, so argparse does not check it: check it here.
+    args = parser.parse_args(argv)
+    try:
+        level = _log_level(args.log_level)
+    except argparse.ArgumentTypeError as error:
+        parser.error(f"argument --log-level: {error}")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         return int(args.run(args))
     except (ConfigError, SnapshotError, QuantityError, TLSConfigError) as error:
-        log.error("%s", error)
         print(f"hugepage-extender: {error}", file=sys.stderr)
         return 2
+    except (OSError, ssl.SSLError, KubeConfigError) as error:
+        # A missing or unreadable TLS file or kubeconfig, a port taken: one line, no traceback.
+        print(f"hugepage-extender: cannot start: {_one_line(error)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    if isinstance(error, OSError) and error.filename is not None:
+        text = f"{error.strerror or text}: {error.filename}"
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

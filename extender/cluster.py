@@ -8,6 +8,7 @@ values and never walks pods.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import ChainMap, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,12 +21,18 @@ from extender.config import Config
 from extender.inflight import InFlightLedger, Reservation, nodes_of
 from extender.objects import Node, Pod
 from extender.podrequest import PodDemand, pod_demand
-from extender.quantity import to_millis, to_units
+from extender.quantity import QuantityError, quote, to_millis, to_units
+
+log = logging.getLogger("extender.cluster")
 
 RESERVED_ANNOTATION_PREFIX = "hugepage-extender.io/reserved-"
 
 # The records below hold only strings and integers, so they can form no reference
 # cycle: gc=False keeps 100,000 pods' records out of every garbage collection.
+
+
+def _fresh() -> str | None:
+    return None
 
 
 class NodeCapacity(msgspec.Struct, frozen=True, gc=False):
@@ -46,6 +53,7 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
     uid: str
     usage: PodUsage | None  # None: not bound, or terminal
     terminal: bool
+    owner: str = ""  # "namespace/name": who may hold pages under this UID while it waits
 
 
 class ClusterState:
@@ -63,7 +71,11 @@ class ClusterState:
         self._used_pages: defaultdict[str, int] = defaultdict(int)
         self._used_cpu: defaultdict[str, int] = defaultdict(int)
         self._inflight = InFlightLedger()
-        self.ready = False
+        # Pods waiting to be placed, by UID: what a filter's pod must match to hold pages.
+        self._waiting: dict[str, str] = {}
+        self.ready = False  # synced: a full listing is loaded
+        # Why the picture may be stale (a watch making no progress), or None; set by the informer.
+        self.staleness: Callable[[], str | None] = _fresh
 
     # -- what decisions and diagnostics read ---------------------------------
 
@@ -81,6 +93,12 @@ class ClusterState:
             self._stale_columns.clear()
         return self._columns
 
+    def unready_reason(self) -> str | None:
+        """None when decisions may be made from this state; else why not."""
+        if not self.ready:
+            return "cluster state not synced yet"
+        return self.staleness()
+
     @property
     def node_count(self) -> int:
         return len(self._nodes)
@@ -92,6 +110,16 @@ class ClusterState:
     @property
     def inflight_count(self) -> int:
         return len(self._inflight)
+
+    def owner_of(self, uid: str) -> str | None:
+        """``namespace/name`` of a pod the watch shows waiting for a node; None if none is."""
+        return self._waiting.get(uid)
+
+    def now(self) -> float:
+        return self._clock()
+
+    def is_bound(self, uid: str) -> bool:
+        return uid in self._pods
 
     def demand_of(self, pod: Pod) -> PodDemand:
         policy = self._config.policy_for(pod.metadata.namespace)
@@ -118,7 +146,8 @@ class ClusterState:
         return node.metadata.name, self._capacity(node)
 
     def pod_record(self, pod: Pod) -> PodRecord:
-        return PodRecord(pod.metadata.uid, self._usage(pod), pod.is_terminal)
+        meta = pod.metadata
+        return PodRecord(meta.uid, self._usage(pod), pod.is_terminal, f"{meta.namespace}/{meta.name}")
 
     def replace_nodes(self, records: Iterable[tuple[str, NodeCapacity]]) -> None:
         """A relist of Nodes."""
@@ -126,6 +155,8 @@ class ClusterState:
 
     def replace_pods(self, records: Iterable[PodRecord]) -> None:
         """A relist of Pods. Placements in flight survive it unless the pod now shows bound."""
+        records = list(records)
+        self._waiting = {r.uid: r.owner for r in records if r.usage is None and not r.terminal}
         self._install_pods({r.uid: r.usage for r in records if r.usage is not None})
 
     def _install_nodes(self, capacities: dict[str, NodeCapacity]) -> None:
@@ -170,6 +201,10 @@ class ClusterState:
     def apply_pod_record(self, record: PodRecord) -> None:
         uid, usage = record.uid, record.usage
         touched = self._forget_pod(uid)
+        if usage is None and not record.terminal:
+            self._waiting[uid] = record.owner
+        else:
+            self._waiting.pop(uid, None)
         if usage is not None:
             self._pods[uid] = usage
             self._used_pages[usage.node] += usage.pages
@@ -181,6 +216,7 @@ class ClusterState:
         self._refresh(touched)
 
     def remove_pod(self, uid: str) -> None:
+        self._waiting.pop(uid, None)
         touched = self._forget_pod(uid) | self._inflight.release(uid)
         self._refresh(touched)
 
@@ -230,7 +266,14 @@ class ClusterState:
         allocatable = node.status.allocatable or {}
         pool_bytes = to_units(allocatable.get(self._config.resource_name, 0))
         annotations = node.metadata.annotations or {}
-        reserved_bytes = to_units(annotations.get(self._reserved_annotation, 0))
+        try:
+            reserved_bytes = to_units(annotations.get(self._reserved_annotation, 0))
+        except QuantityError as error:
+            # Written by hand or by a node agent: one bad value must neither fail the node
+            # list (the informer would list again without end) nor hide the node's pool.
+            name = quote(node.metadata.name)
+            log.warning("node %s: annotation %s ignored: %s", name, self._reserved_annotation, error)
+            reserved_bytes = 0
         return NodeCapacity(
             total_pages=pool_bytes // self._page_size,
             reserved_pages=hugepages_for(reserved_bytes, self._page_size),

@@ -14,10 +14,12 @@ import random
 import signal
 import ssl
 import time
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.cluster import ClusterState
@@ -27,7 +29,7 @@ from extender.metrics import Metrics
 from extender.objects import Pod
 from extender.podrequest import PodDemand
 from extender.policy import Policy
-from extender.quantity import QuantityError
+from extender.quantity import QuantityError, quote
 from extender.verbs import ExtenderVerbs
 from extender.wire import (
     BindingArgs,
@@ -44,7 +46,38 @@ from extender.wire import (
 log = logging.getLogger("extender.server")
 
 JSON = "application/json"
-NOT_SYNCED = "hugepage-extender: cluster state not synced yet; retry"
+CLIENT_GONE = 499  # counted, never sent: the client left before its body arrived (nginx's code)
+BODY_TIMEOUT_SECONDS = 10.0  # the scheduler sends a whole request within its httpTimeout (5 s)
+# Above Go's http.Transport IdleConnTimeout (90 s), so the scheduler, not the server, closes
+# an idle connection (no POST lost to a close racing its reuse); also bounds a connection
+# that never sends a request (aiohttp starts the timer when the connection is made).
+KEEPALIVE_TIMEOUT_SECONDS = 100.0
+
+
+def unready_message(reason: str) -> str:
+    return f"hugepage-extender: {reason}; retry"
+
+
+NOT_SYNCED = unready_message("cluster state not synced yet")
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its request body arrived."""
+
+
+async def read_body(request: web.Request, timeout: float = BODY_TIMEOUT_SECONDS) -> bytes:
+    """The request body, with every failure to receive it a known error:
+    a body its Content-Encoding does not describe is a WireError (400), a body
+    that takes longer than ``timeout`` a 408, a client that leaves ClientGone."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except RequestPayloadError:
+        raise WireError("the body could not be decoded as its Content-Encoding says") from None
+    except TimeoutError:
+        raise web.HTTPRequestTimeout(text="request body not received in time") from None
+    except ConnectionResetError:
+        raise ClientGone from None
 
 
 class BindError(Exception):
@@ -71,30 +104,37 @@ class Extender:
         rng: random.Random | None = None,
         binder: Binder | None = None,
         events: EventRecorder | None = None,
+        verify_holds: bool = False,
     ) -> None:
         self.config = config
         self.state = state
         self.metrics = metrics
         self.binder = binder
         self.events = events
-        self.verbs = ExtenderVerbs(config, state, rng=rng)
+        self.verbs = ExtenderVerbs(config, state, rng=rng, verify_holds=verify_holds)
+        self.draining = False  # SIGTERM: readiness fails first, begun requests are still answered
 
     async def filter(self, request: web.Request) -> web.Response:
-        args = parse_extender_args(await request.read())
-        if not self.state.ready:
-            log.warning("filter before the cluster state is synced: answering with an error")
-            return web.Response(body=render_filter_error(NOT_SYNCED), content_type=JSON)
+        args = parse_extender_args(await read_body(request))
+        unready = self.state.unready_reason()
+        if unready is not None:
+            # The scheduling attempt fails and the pod is retried: better than a placement
+            # from a picture that misses every pod bound since the watch stopped.
+            log.warning("filter while not ready (%s): answering with an error", unready)
+            return web.Response(body=render_filter_error(unready_message(unready)), content_type=JSON)
         pod = args.pod
         demand = self.state.demand_of(pod)
-        decision, held = self.verbs.filter(pod.metadata.uid, pod.metadata.namespace, demand, args.node_names)
+        decision, held = self.verbs.filter(
+            pod.metadata.uid, pod.metadata.namespace, demand, args.node_names, name=pod.metadata.name
+        )
         if held:
             self.metrics.child(self.metrics.reservations, "filter").inc()
         self._observe(pod, self.config.policy_for(pod.metadata.namespace), decision, demand, len(args.node_names))
         return web.Response(body=render_filter(args, decision), content_type=JSON)
 
     async def prioritize(self, request: web.Request) -> web.Response:
-        args = parse_extender_args(await request.read())
-        if not self.state.ready:
+        args = parse_extender_args(await read_body(request))
+        if self.state.unready_reason() is not None:
             # Prioritize errors are ignored by the scheduler; neutral scores say the same.
             return web.Response(body=render_priorities(HostScores.neutral(args.node_names)), content_type=JSON)
         pod = args.pod
@@ -103,10 +143,16 @@ class Extender:
         return web.Response(body=render_priorities(scores), content_type=JSON)
 
     async def bind(self, request: web.Request) -> web.Response:
-        args = parse_binding_args(await request.read())
+        args = parse_binding_args(await read_body(request))
         if self.binder is None:
             message = "bind verb is not enabled (serve --enable-bind)"
             return web.Response(status=404, body=render_error(message), content_type=JSON)
+        where = f"{quote(args.pod_namespace)}/{quote(args.pod_name)} to {quote(args.node)}"
+        refusal = self.verbs.bind_refusal(args.pod_uid, args.pod_namespace, args.pod_name, args.node)
+        if refusal is not None:
+            self.metrics.child(self.metrics.binds, "refused").inc()
+            log.warning("bind %s refused: %s", where, refusal)
+            return web.Response(body=render_binding(refusal), content_type=JSON)
         # Narrowed before the API call: the scheduler filters the next pod while
         # this bind is still under way.
         held = self.verbs.bind_started(args.pod_uid, args.node)
@@ -116,7 +162,7 @@ class Extender:
             if held:
                 self.verbs.bind_failed(args.pod_uid)
             self.metrics.child(self.metrics.binds, "error").inc()
-            log.warning("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, error)
+            log.warning("bind %s failed: %s", where, error)
             return web.Response(body=render_binding(str(error)), content_type=JSON)
         if held:
             self.metrics.child(self.metrics.reservations, "bind").inc()
@@ -127,8 +173,11 @@ class Extender:
         return web.Response(text="ok")
 
     async def readyz(self, request: web.Request) -> web.Response:
-        if not self.state.ready:
-            raise web.HTTPServiceUnavailable(text="cluster state not synced")
+        if self.draining:
+            raise web.HTTPServiceUnavailable(text="shutting down")
+        unready = self.state.unready_reason()
+        if unready is not None:
+            raise web.HTTPServiceUnavailable(text=unready)
         return web.Response(text="ok")
 
     async def metrics_page(self, request: web.Request) -> web.Response:
@@ -152,8 +201,8 @@ class Extender:
             return
         log.info(
             "no node fits pod %s/%s: outcome=%s candidates=%d examined=%d insufficient=%d exceeds_pool=%d",
-            pod.metadata.namespace,
-            pod.metadata.name,
+            quote(pod.metadata.namespace),
+            quote(pod.metadata.name),
             outcome.value,
             candidates,
             decision.examined,
@@ -180,6 +229,10 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int) -> Hand
             except (WireError, QuantityError) as error:
                 log.warning("bad %s request from %s: %s", verb, request.remote, error)
                 response = web.Response(status=400, body=render_error(str(error)), content_type=JSON)
+            except ClientGone:
+                log.info("%s request from %s: the client left before its body arrived", verb, request.remote)
+                status = CLIENT_GONE
+                return web.Response(status=400, body=render_error("incomplete body"), content_type=JSON)
             except web.HTTPRequestEntityTooLarge:
                 log.warning("bad %s request from %s: body over %d bytes", verb, request.remote, max_bytes)
                 message = f"request body over maxRequestBytes ({max_bytes} bytes)"
@@ -215,23 +268,54 @@ def create_probe_app(extender: Extender) -> web.Application:
 
 
 async def serve_until_stopped(
-    apps: list[tuple[web.Application, str, int, ssl.SSLContext | None]], *, shutdown_timeout: float
+    apps: list[tuple[web.Application, str, int, ssl.SSLContext | None]],
+    *,
+    shutdown_timeout: float,
+    drain_seconds: float = 0.0,
+    on_stop: Callable[[], None] | None = None,
+    keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS,
+    background: tuple[Callable[[], Coroutine[Any, Any, None]], ...] = (),
 ) -> None:
-    """Serve every (app, host, port, tls) until SIGTERM or SIGINT, then drain gracefully."""
+    """Serve every (app, host, port, tls) until SIGTERM or SIGINT, then drain gracefully.
+
+    On the signal ``on_stop`` runs first (readiness fails), new requests are still
+    served for ``drain_seconds`` while the endpoints drop this pod, then the ports
+    close and requests already begun (their bodies still arriving, too) are answered
+    for up to ``shutdown_timeout``. ``background`` tasks (certificate reloads) run
+    meanwhile and are cancelled at the end.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     runners = []
+    tasks = [asyncio.create_task(job()) for job in background]
     try:
         for app, host, port, tls in apps:
-            runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+            runner = web.AppRunner(
+                app,
+                access_log=None,
+                shutdown_timeout=shutdown_timeout,
+                keepalive_timeout=keepalive_timeout,
+                # No lingering read of a refused body (413, bad encoding): the connection closes.
+                lingering_time=0,
+            )
             await runner.setup()
             runners.append(runner)
             await web.TCPSite(runner, host, port, ssl_context=tls).start()
         await stop.wait()
-        log.info("stopping: draining requests for up to %.0f s", shutdown_timeout)
+        if on_stop is not None:
+            on_stop()
+        log.info(
+            "stopping: not ready; serving %.0f s more, then answering begun requests for up to %.0f s",
+            drain_seconds,
+            shutdown_timeout,
+        )
+        if drain_seconds > 0:
+            await asyncio.sleep(drain_seconds)
     finally:
+        for task in tasks:
+            task.cancel()
         for runner in reversed(runners):
             await runner.cleanup()
 

@@ -2,13 +2,25 @@
 
 The server wraps these with parsing, rendering and metrics; the replay calls
 them directly, so a simulated cluster sees exactly what a live one does.
+
+Who may hold pages, and bind (docs/reliability.md): a filter call names its pod
+by UID, namespace and name, and anyone who reaches the port can write those.
+So a hold belongs to the pod that placed it (``namespace/name``): a call naming
+the same UID with another pod neither replaces nor cancels it, and a UID the
+watch shows as another pod's holds nothing. With ``verify_holds`` (a live
+cluster), a hold whose pod the watch has not shown within
+``UNVERIFIED_HOLD_SECONDS`` is dropped and its UID never holds again, so a
+made-up pod holds pages for seconds, not forever. Bind binds only a pod this
+extender filtered, to a node that filter admitted.
 """
 
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+
+import msgspec
 
 from extender.cluster import ClusterState
 from extender.config import Config
@@ -16,7 +28,19 @@ from extender.decision import FilterDecision, HostScores, Reasons, filter_nodes,
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 
-RECENT_DEMANDS = 10_000  # pods between filter and bind; far more than a scheduler has in flight
+RECENT_PODS = 10_000  # pods between filter and bind; far more than a scheduler has in flight
+RECENT_NAMES = 1_000_000  # admitted node names kept for bind across those pods (lists are shared, not copied)
+UNVERIFIED_HOLD_SECONDS = 5.0  # how long a hold may wait for the watch to show its pod
+REFUSED_UIDS = 10_000  # UIDs whose pod never showed up: they hold nothing again
+
+
+class _Filtered(msgspec.Struct, frozen=True, gc=False):
+    """What filter learnt of a pod, for bind (whose arguments carry no pod spec)."""
+
+    owner: str  # namespace/name
+    demand: PodDemand
+    policy: Policy
+    admitted: Sequence[str]
 
 
 class ExtenderVerbs:
@@ -27,26 +51,35 @@ class ExtenderVerbs:
         *,
         rng: random.Random | None = None,
         hold_in_flight: bool = True,
+        verify_holds: bool = False,
     ) -> None:
         self.config = config
         self.state = state
         self.reasons = Reasons.for_resource(config.resource_name)
         self.hold_in_flight = hold_in_flight  # False only to measure what the holds are worth
+        self.verify_holds = verify_holds  # a live cluster: holds need their pod shown by the watch
         self.rng = rng or random.Random()  # best-of-K draws; seedable for tests and the replay
-        # What filter learnt of each pod, for bind (whose arguments carry no pod spec).
-        self._recent: OrderedDict[str, tuple[PodDemand, Policy]] = OrderedDict()
+        self._recent: OrderedDict[str, _Filtered] = OrderedDict()
+        self._recent_names = 0
+        self._unverified: deque[tuple[float, str]] = deque()  # (deadline, uid), soonest first
+        self._refused: OrderedDict[str, None] = OrderedDict()
+        self.refused_holds = 0  # for metrics and tests: holds refused or dropped as not the pod's own
 
     def filter(
-        self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str]
+        self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str], *, name: str = ""
     ) -> tuple[FilterDecision, bool]:
         """Decide, then hold an enforced pod's need on the few nodes admitted until it is seen bound.
 
         Returns the decision and whether a hold was placed."""
         policy = self.config.policy_for(namespace)
+        owner = f"{namespace}/{name}"
         self.state.expire_reservations()
-        # A new attempt for this pod: its previous attempt's hold is over, and must not
-        # count against the pod itself.
-        self.state.release(uid)
+        self._drop_unverified()
+        own = self._owns(uid, owner)
+        if own:
+            # A new attempt for this pod: its previous attempt's hold is over, and must not
+            # count against the pod itself.
+            self.state.release(uid)
         decision = filter_nodes(
             demand,
             candidates,
@@ -58,13 +91,17 @@ class ExtenderVerbs:
             # Read only when used: reading brings the columns up to date.
             columns=self.state.columns if policy.examines_every_candidate and reads_columns(candidates) else None,
         )
+        if not own or not uid:
+            self.refused_holds += bool(uid)
+            return decision, False
+        # Every mode: a pod placed in an off namespace still takes pages that
+        # enforcing namespaces must see in flight once bind names its node.
+        self._remember(uid, _Filtered(owner, demand, policy, decision.passed))
         held = False
-        if demand.wants_hugepages:
-            # Every mode: a pod placed in an off namespace still takes pages that
-            # enforcing namespaces must see in flight once bind names its node.
-            self._remember(uid, demand, policy)
-            if self.hold_in_flight and policy.mode is Mode.ENFORCE:
-                held = self.state.reserve(uid, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
+        if demand.wants_hugepages and self.hold_in_flight and policy.mode is Mode.ENFORCE and self._may_hold(uid):
+            held = self.state.reserve(uid, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
+            if held and self.verify_holds and self.state.owner_of(uid) is None:
+                self._unverified.append((self.state.now() + UNVERIFIED_HOLD_SECONDS, uid))
         return decision, held
 
     def prioritize(self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str]) -> HostScores:
@@ -75,19 +112,66 @@ class ExtenderVerbs:
         columns = self.state.columns if accounts is self.state.accounts and reads_columns(candidates) else None
         return prioritize_nodes(demand, candidates, accounts=accounts, policy=policy, columns=columns)
 
+    def bind_refusal(self, uid: str, namespace: str, name: str, node: str) -> str | None:
+        """Why this extender will not bind the pod to the node; None when it will.
+
+        Only a pod this extender filtered (the same UID, namespace and name), to a
+        node that filter admitted. The messages name nothing from the request."""
+        filtered = self._recent.get(uid)
+        if filtered is None:
+            return "not bound: this extender has not filtered a pod with this UID"
+        if filtered.owner != f"{namespace}/{name}":
+            return "not bound: the pod's namespace and name differ from the pod filtered under this UID"
+        if node not in filtered.admitted:
+            return "not bound: the node is not one this extender's filter admitted for the pod"
+        return None
+
     def bind_started(self, uid: str, node: str) -> bool:
         """The bind verb names the node: the pod's hold narrows to it. False when filter never saw the pod."""
-        recent = self._recent.get(uid)
-        if recent is None or not self.hold_in_flight:
+        filtered = self._recent.get(uid)
+        if filtered is None or not self.hold_in_flight or not filtered.demand.wants_hugepages:
             return False
-        demand, policy = recent
-        return self.state.reserve(uid, node, demand, policy.reservation_timeout_seconds)
+        if not self._may_hold(uid):
+            return False
+        return self.state.reserve(uid, node, filtered.demand, filtered.policy.reservation_timeout_seconds)
 
     def bind_failed(self, uid: str) -> None:
         self.state.release(uid)
 
-    def _remember(self, uid: str, demand: PodDemand, policy: Policy) -> None:
-        self._recent[uid] = (demand, policy)
-        self._recent.move_to_end(uid)
-        if len(self._recent) > RECENT_DEMANDS:
-            self._recent.popitem(last=False)
+    # -- who may hold --------------------------------------------------------------
+
+    def _owns(self, uid: str, owner: str) -> bool:
+        """False when ``uid`` is another pod's: the watch shows it as another, or an
+        earlier filter remembered it as another."""
+        shown = self.state.owner_of(uid)
+        if shown is not None and shown != owner:
+            return False
+        filtered = self._recent.get(uid)
+        return filtered is None or owner in (filtered.owner, shown)
+
+    def _may_hold(self, uid: str) -> bool:
+        return not (self.verify_holds and uid in self._refused and self.state.owner_of(uid) is None)
+
+    def _drop_unverified(self) -> None:
+        """Holds whose pod the watch has not shown in time are dropped; O(1) per hold."""
+        now = self.state.now()
+        pending = self._unverified
+        while pending and pending[0][0] <= now:
+            _, uid = pending.popleft()
+            if self.state.owner_of(uid) is not None or self.state.is_bound(uid):
+                continue
+            self.state.release(uid)
+            self.refused_holds += 1
+            self._refused[uid] = None
+            if len(self._refused) > REFUSED_UIDS:
+                self._refused.popitem(last=False)
+
+    def _remember(self, uid: str, filtered: _Filtered) -> None:
+        previous = self._recent.pop(uid, None)
+        if previous is not None:
+            self._recent_names -= len(previous.admitted)
+        self._recent[uid] = filtered
+        self._recent_names += len(filtered.admitted)
+        while len(self._recent) > RECENT_PODS or self._recent_names > RECENT_NAMES:
+            _, oldest = self._recent.popitem(last=False)
+            self._recent_names -= len(oldest.admitted)

@@ -19,9 +19,10 @@ and the same error messages.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -83,6 +84,7 @@ class _NodeNameList(msgspec.Struct):
 
 
 _NULL = msgspec.Raw(b"null")
+_Args = TypeVar("_Args")
 
 
 class _CanonicalArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -204,6 +206,33 @@ def _decode(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw, field: str) ->
         raise WireError(f"invalid {field}: {message}") from None
 
 
+MAX_MESSAGE_CHARS = 300  # an error message from the decoder, as answered and logged
+
+
+def _bounded(parse: Callable[[bytes], _Args]) -> Callable[[bytes], _Args]:
+    """Every failure of a body's content is a WireError with a short message.
+
+    msgspec bounds nesting by the interpreter's recursion limit (about 1,000 levels;
+    Kubernetes objects nest a few dozen) and raises RecursionError beyond it: a
+    client's mistake, answered 400 like any other malformed body.
+    """
+
+    @functools.wraps(parse)
+    def bounded(body: bytes) -> _Args:
+        try:
+            return parse(body)
+        except RecursionError:
+            raise WireError("JSON nested too deeply") from None
+        except WireError as error:
+            message = str(error)
+            if len(message) <= MAX_MESSAGE_CHARS:
+                raise
+            raise WireError(message[:MAX_MESSAGE_CHARS] + "...") from None
+
+    return bounded
+
+
+@_bounded
 def parse_extender_args(body: bytes) -> ExtenderArgs:
     return _parse_canonical(body) or _parse_general(body)
 
@@ -257,6 +286,7 @@ def _parse_general(body: bytes) -> ExtenderArgs:
     return ExtenderArgs(pod, names)
 
 
+@_bounded
 def parse_binding_args(body: bytes) -> BindingArgs:
     fields = _fields(body, "ExtenderBindingArgs")
     values: dict[str, str] = {}
@@ -264,8 +294,9 @@ def parse_binding_args(body: bytes) -> BindingArgs:
         if key not in fields:
             raise WireError(f"ExtenderBindingArgs has no {key}")
         values[key] = _decode(_string, fields[key], key)
-    if not values["podname"] or not values["node"]:
-        raise WireError("ExtenderBindingArgs needs a PodName and a Node")
+    if not values["podname"] or not values["node"] or not values["poduid"]:
+        # An empty PodUID would bind without the UID precondition: never.
+        raise WireError("ExtenderBindingArgs needs a PodName, a PodUID and a Node")
     return BindingArgs(values["podname"], values["podnamespace"], values["poduid"], values["node"])
 
 

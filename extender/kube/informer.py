@@ -11,6 +11,7 @@ import asyncio
 import gc
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,9 @@ ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 NodeRecord = tuple[str, NodeCapacity]
 
+# Three bookmark intervals (the API server sends one about every minute on an idle watch).
+DEFAULT_STALE_AFTER_SECONDS = 180.0
+
 
 class ClusterInformer:
     def __init__(
@@ -50,6 +54,8 @@ class ClusterInformer:
         *,
         read_timeout_seconds: float = 90.0,
         watch_timeout_seconds: int = 300,
+        stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._core = client.CoreV1Api(api)
         self._state = state
@@ -58,6 +64,9 @@ class ClusterInformer:
         self._threads: list[threading.Thread] = []
         self._timeouts = {"read_timeout_seconds": read_timeout_seconds, "watch_timeout_seconds": watch_timeout_seconds}
         self.reflectors: dict[str, Reflector[Any, Any]] = {}
+        self._stale_after = stale_after_seconds
+        self._clock = clock
+        state.staleness = self.stale_reason
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         def post(callback: Callable[[], None]) -> None:
@@ -83,6 +92,20 @@ class ClusterInformer:
             thread.start()
             self._threads.append(thread)
 
+    def stale_reason(self) -> str | None:
+        """Why the cached picture cannot be trusted now, or None.
+
+        A healthy watch makes progress at least every bookmark interval (about a
+        minute) and whenever its server-side timeout ends it; no progress for
+        ``stale_after_seconds`` means the API server is gone or refuses us, and pods
+        bound meanwhile are invisible: deciding from that picture over-commits."""
+        now = self._clock()
+        for name, reflector in self.reflectors.items():
+            last = reflector.last_progress
+            if last is not None and now - last > self._stale_after:
+                return f"watch of {name} made no progress for {now - last:.0f} s (API server unreachable?)"
+        return None
+
     def stop(self) -> None:
         """Ask the watch threads to end; they are daemons, so exit never waits on a socket."""
         self._stop.set()
@@ -102,7 +125,7 @@ class ClusterInformer:
         except QuantityError as error:
             meta = pod.metadata
             log.warning("pod %s/%s: %s; counting it as holding nothing", meta.namespace, meta.name, error)
-            return PodRecord(meta.uid, None, pod.is_terminal)
+            return PodRecord(meta.uid, None, pod.is_terminal, f"{meta.namespace}/{meta.name}")
 
     # -- run on the event loop ---------------------------------------------------
 
