@@ -11,12 +11,13 @@ import os
 import socket
 import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 import msgspec
 import yaml
+from kubernetes.client import ApiClient
 from kubernetes.config.config_exception import ConfigException as KubeConfigError
 
 from extender import __version__
@@ -63,30 +64,39 @@ def _serve(args: argparse.Namespace) -> int:
         freeze_cache()
         source = args.snapshot or "the bundled example snapshot"
         log.info("loaded %s: %d nodes, %d bound pods", source, state.node_count, state.pod_count)
-    log.info(
-        "hugepage-extender %s serving %s on %s:%d (%s%s), default mode %s, cluster state from %s",
-        __version__,
-        config.resource_name,
-        args.host,
-        args.port,
-        "https" if tls else "http",
-        ", client certificates required" if args.client_ca_file else "",
-        config.placement.defaults.mode.value,
-        "the API server" if live else "a snapshot",
-    )
-    asyncio.run(_serve_async(args, config, state, tls, live=live))
+    # Made before serving, so a bad kubeconfig stops the process at once.
+    api = api_client(args.kubeconfig, in_cluster=args.in_cluster) if live else None
+
+    def serving() -> None:
+        log.info(
+            "hugepage-extender %s serving %s on %s:%d (%s%s), default mode %s, cluster state from %s",
+            __version__,
+            config.resource_name,
+            args.host,
+            args.port,
+            "https" if tls else "http",
+            ", client certificates required" if args.client_ca_file else "",
+            config.placement.defaults.mode.value,
+            "the API server" if live else "a snapshot",
+        )
+
+    asyncio.run(_serve_async(args, config, state, tls, api, serving))
     return 0
 
 
-async def _serve_async(
-    args: argparse.Namespace, config: Config, state: ClusterState, tls: ssl.SSLContext | None, *, live: bool
+async def _serve_async(  # noqa: PLR0917 (one call site, in order)
+    args: argparse.Namespace,
+    config: Config,
+    state: ClusterState,
+    tls: ssl.SSLContext | None,
+    api: ApiClient | None,
+    serving: Callable[[], None],
 ) -> None:
     metrics = Metrics()
-    if not live:
+    if api is None:
         extender = Extender(config, state, metrics)
-        await _serve_apps(args, extender, tls)
+        await _serve_apps(args, extender, tls, serving)
         return
-    api = api_client(args.kubeconfig, in_cluster=args.in_cluster)
     informer = ClusterInformer(
         api,
         state,
@@ -103,7 +113,7 @@ async def _serve_async(
     informer.start(asyncio.get_running_loop())
     metrics.watch_reflectors(informer.reflectors)
     try:
-        await _serve_apps(args, extender, tls)
+        await _serve_apps(args, extender, tls, serving)
     finally:
         informer.stop()
         for closable in (binder, events):
@@ -111,7 +121,9 @@ async def _serve_async(
                 closable.close()
 
 
-async def _serve_apps(args: argparse.Namespace, extender: Extender, tls: ssl.SSLContext | None) -> None:
+async def _serve_apps(
+    args: argparse.Namespace, extender: Extender, tls: ssl.SSLContext | None, serving: Callable[[], None]
+) -> None:
     apps = [(create_app(extender), args.host, args.port, tls)]
     if args.probe_port:
         apps.append((create_probe_app(extender), args.host, args.probe_port, None))
@@ -127,6 +139,7 @@ async def _serve_apps(args: argparse.Namespace, extender: Extender, tls: ssl.SSL
         apps,
         shutdown_timeout=args.shutdown_timeout,
         drain_seconds=args.drain_seconds,
+        on_start=serving,
         on_stop=not_ready,
         background=tuple(background),
     )
@@ -305,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, SnapshotError, QuantityError, TLSConfigError) as error:
         print(f"hugepage-extender: {error}", file=sys.stderr)
         return 2
-    except (OSError, ssl.SSLError, KubeConfigError) as error:
+    except (OSError, ssl.SSLError, KubeConfigError, yaml.YAMLError) as error:
         # A missing or unreadable TLS file or kubeconfig, a port taken: one line, no traceback.
         print(f"hugepage-extender: cannot start: {_one_line(error)}", file=sys.stderr)
         return 2

@@ -112,10 +112,11 @@ class Extender:
         self.binder = binder
         self.events = events
         self.verbs = ExtenderVerbs(config, state, rng=rng, verify_holds=verify_holds)
+        self.body_timeout_seconds = BODY_TIMEOUT_SECONDS
         self.draining = False  # SIGTERM: readiness fails first, begun requests are still answered
 
     async def filter(self, request: web.Request) -> web.Response:
-        args = parse_extender_args(await read_body(request))
+        args = parse_extender_args(await read_body(request, self.body_timeout_seconds))
         unready = self.state.unready_reason()
         if unready is not None:
             # The scheduling attempt fails and the pod is retried: better than a placement
@@ -133,7 +134,7 @@ class Extender:
         return web.Response(body=render_filter(args, decision), content_type=JSON)
 
     async def prioritize(self, request: web.Request) -> web.Response:
-        args = parse_extender_args(await read_body(request))
+        args = parse_extender_args(await read_body(request, self.body_timeout_seconds))
         if self.state.unready_reason() is not None:
             # Prioritize errors are ignored by the scheduler; neutral scores say the same.
             return web.Response(body=render_priorities(HostScores.neutral(args.node_names)), content_type=JSON)
@@ -143,7 +144,7 @@ class Extender:
         return web.Response(body=render_priorities(scores), content_type=JSON)
 
     async def bind(self, request: web.Request) -> web.Response:
-        args = parse_binding_args(await read_body(request))
+        args = parse_binding_args(await read_body(request, self.body_timeout_seconds))
         if self.binder is None:
             message = "bind verb is not enabled (serve --enable-bind)"
             return web.Response(status=404, body=render_error(message), content_type=JSON)
@@ -243,6 +244,10 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int) -> Hand
                 log.exception("%s request failed", verb)
                 response = web.Response(status=500, body=render_error("internal error"), content_type=JSON)
             status = response.status
+            if not request.content.at_eof():
+                # The body was refused unread (too large, wrongly encoded): say the connection
+                # closes, so the client does not send its next request on it.
+                response.force_close()
             return response
         except web.HTTPException as error:
             status = error.status
@@ -267,11 +272,25 @@ def create_probe_app(extender: Extender) -> web.Application:
     return app
 
 
+def app_runner(
+    app: web.Application, *, shutdown_timeout: float = 10.0, keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS
+) -> web.AppRunner:
+    return web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=shutdown_timeout,
+        keepalive_timeout=keepalive_timeout,
+        # No lingering read of a refused body (413, bad encoding): the connection closes.
+        lingering_time=0,
+    )
+
+
 async def serve_until_stopped(
     apps: list[tuple[web.Application, str, int, ssl.SSLContext | None]],
     *,
     shutdown_timeout: float,
     drain_seconds: float = 0.0,
+    on_start: Callable[[], None] | None = None,
     on_stop: Callable[[], None] | None = None,
     keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS,
     background: tuple[Callable[[], Coroutine[Any, Any, None]], ...] = (),
@@ -292,17 +311,12 @@ async def serve_until_stopped(
     tasks = [asyncio.create_task(job()) for job in background]
     try:
         for app, host, port, tls in apps:
-            runner = web.AppRunner(
-                app,
-                access_log=None,
-                shutdown_timeout=shutdown_timeout,
-                keepalive_timeout=keepalive_timeout,
-                # No lingering read of a refused body (413, bad encoding): the connection closes.
-                lingering_time=0,
-            )
+            runner = app_runner(app, shutdown_timeout=shutdown_timeout, keepalive_timeout=keepalive_timeout)
             await runner.setup()
             runners.append(runner)
             await web.TCPSite(runner, host, port, ssl_context=tls).start()
+        if on_start is not None:
+            on_start()
         await stop.wait()
         if on_stop is not None:
             on_stop()

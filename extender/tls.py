@@ -24,12 +24,25 @@ def server_ssl_context(
         return None
     if cert_file is None or key_file is None:
         raise TLSConfigError("--tls-cert-file and --tls-key-file go together")
+    for flag, path in (
+        ("--tls-cert-file", cert_file),
+        ("--tls-key-file", key_file),
+        ("--client-ca-file", client_ca_file),
+    ):
+        if path is not None and not path.is_file():
+            raise TLSConfigError(f"{flag} {path}: no such file")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as error:
+        raise TLSConfigError(f"--tls-cert-file and --tls-key-file: not a certificate and its key ({error})") from None
     if client_ca_file is not None:
         context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(cafile=client_ca_file)
+        try:
+            context.load_verify_locations(cafile=client_ca_file)
+        except ssl.SSLError as error:
+            raise TLSConfigError(f"--client-ca-file {client_ca_file}: not a CA certificate ({error})") from None
     return context
 
 
