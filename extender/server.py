@@ -214,7 +214,34 @@ class Extender:
             self.events.no_fit(pod, decision, demand.hugepage_bytes)
 
 
-def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int) -> Handler:
+class Begun:
+    """Verb requests begun and not yet answered (their bodies may still be arriving).
+
+    aiohttp's own shutdown stops reading from every connection at once, which drops a
+    request whose body is still arriving: the server waits for these itself first."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._none = asyncio.Event()
+        self._none.set()
+
+    def enter(self) -> None:
+        self.count += 1
+        self._none.clear()
+
+    def leave(self) -> None:
+        self.count -= 1
+        if not self.count:
+            self._none.set()
+
+    async def none_left(self) -> None:
+        await self._none.wait()
+
+
+BEGUN = web.AppKey("begun", Begun)
+
+
+def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int, begun: Begun) -> Handler:
     """One verb's handler, with its metrics and the mapping of errors to clear answers.
 
     A wrapper per route rather than an aiohttp middleware: the scheduler waits on
@@ -224,6 +251,7 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int) -> Hand
     async def answer(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         status = 500  # also what a cancelled request counts as
+        begun.enter()
         try:
             try:
                 response = await handler(request)
@@ -253,6 +281,7 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int) -> Hand
             status = error.status
             raise
         finally:
+            begun.leave()
             metrics.child(metrics.requests, verb, str(status)).inc()
             metrics.child(metrics.latency, verb).observe(time.perf_counter() - started)
 
@@ -308,13 +337,16 @@ async def serve_until_stopped(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     runners = []
+    sites = []
     tasks = [asyncio.create_task(job()) for job in background]
     try:
         for app, host, port, tls in apps:
             runner = app_runner(app, shutdown_timeout=shutdown_timeout, keepalive_timeout=keepalive_timeout)
             await runner.setup()
             runners.append(runner)
-            await web.TCPSite(runner, host, port, ssl_context=tls).start()
+            site = web.TCPSite(runner, host, port, ssl_context=tls)
+            await site.start()
+            sites.append(site)
         if on_start is not None:
             on_start()
         await stop.wait()
@@ -327,6 +359,17 @@ async def serve_until_stopped(
         )
         if drain_seconds > 0:
             await asyncio.sleep(drain_seconds)
+        for site in sites:
+            await site.stop()  # no new connections
+        begun = [app[BEGUN] for app, *_ in apps if BEGUN in app]
+        try:
+            async with asyncio.timeout(shutdown_timeout):
+                for requests in begun:
+                    await requests.none_left()
+        except TimeoutError:
+            log.warning(
+                "stopping: %d requests still unanswered after %.0f s", sum(b.count for b in begun), shutdown_timeout
+            )
     finally:
         for task in tasks:
             task.cancel()
@@ -338,9 +381,10 @@ def create_app(extender: Extender) -> web.Application:
     max_bytes = extender.config.max_request_bytes
     app = web.Application(client_max_size=max_bytes)
     app[EXTENDER] = extender
+    app[BEGUN] = begun = Begun()
     extender.metrics.watch_state(extender.state)
     for verb, handler in (("filter", extender.filter), ("prioritize", extender.prioritize), ("bind", extender.bind)):
-        app.router.add_post(f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes))
+        app.router.add_post(f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes, begun))
     app.router.add_get("/healthz", extender.healthz)
     app.router.add_get("/readyz", extender.readyz)
     app.router.add_get("/metrics", extender.metrics_page)
