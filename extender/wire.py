@@ -90,12 +90,17 @@ _Args = TypeVar("_Args")
 class _CanonicalArgs(msgspec.Struct, forbid_unknown_fields=True):
     """ExtenderArgs with the keys kube-scheduler sends; any other key leaves the fast path."""
 
-    Pod: Pod
+    Pod: msgspec.Raw  # its size is checked before it is decoded
     Nodes: _NodeNameList | None = None
     NodeNames: msgspec.Raw = _NULL  # decoded through _LastCandidates
 
 
 SMALL_CANDIDATE_LIST = 4096  # bytes of NodeNames below which a list is decoded, never kept
+# Bounds on what one request may make the extender build, checked before decoding it:
+# no stored Pod exceeds etcd's 1.5 MiB request limit (its JSON is a few times that of
+# protobuf at most), and no cluster has 100,000 nodes (kube-scheduler is tested to 5,000).
+MAX_POD_BYTES = 4 * 1024 * 1024
+MAX_CANDIDATES = 100_000
 
 
 class _LastCandidates:
@@ -116,6 +121,7 @@ class _LastCandidates:
 
     def names(self, raw: msgspec.Raw) -> Sequence[str] | None:
         """The names in ``raw`` (None for a JSON null); DecodeError if it is not a list of strings."""
+        _check_names(raw)
         if len(raw) < SMALL_CANDIDATE_LIST:
             # Short lists (prioritize after a best-of-K filter) decode in no time and would
             # only evict the long one the next filter brings again.
@@ -145,7 +151,9 @@ class _LastCandidates:
         at = body.rfind(self._KEY)
         if at < 0 or len(body) - at < SMALL_CANDIDATE_LIST or not body.endswith(b"]}"):
             return None
-        in_place = self._read(body[at + len(self._KEY) : -1])
+        names = body[at + len(self._KEY) : -1]
+        _check_names(names)
+        in_place = self._read(names)
         if in_place is None:
             return None
         return body[:at] + self._KEY + b"null}", in_place
@@ -177,6 +185,7 @@ _AFTER_LAST_NAME = [f'","Score":{score}}}]' for score in range(MAX_PRIORITY + 1)
 _top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _pod = msgspec.json.Decoder(Pod)
 _node_list = msgspec.json.Decoder(_NodeList | None)
+_node_name_list = msgspec.json.Decoder(_NodeNameList | None)
 _node_names = msgspec.json.Decoder(list[str] | None)
 _node_name = msgspec.json.Decoder(NodeName)
 _string = msgspec.json.Decoder(str)
@@ -244,16 +253,44 @@ def _parse_canonical(body: bytes) -> ExtenderArgs | None:
         args = _canonical.decode(body if repeat is None else repeat[0])
     except msgspec.DecodeError:
         return None
+    pod = _pod_of(args.Pod)
+    if pod is None:
+        return None
     if args.Nodes is not None and args.Nodes.items is not None:
         item_names = [node.metadata.name for node in args.Nodes.items]
         if not all(item_names):
             return None  # the general path names the item without a name
+        _check_count(len(item_names))
         names = list(dict.fromkeys(item_names))
         return ExtenderArgs(
-            args.Pod, item_names if len(names) == len(item_names) else names, _body=body, _item_names=item_names
+            pod, item_names if len(names) == len(item_names) else names, _body=body, _item_names=item_names
         )
     candidates = repeat[1] if repeat is not None else _candidates(args.NodeNames)
-    return None if candidates is None else ExtenderArgs(args.Pod, candidates)
+    return None if candidates is None else ExtenderArgs(pod, candidates)
+
+
+def _pod_of(raw: msgspec.Raw) -> Pod | None:
+    _check_pod_size(raw)
+    try:
+        return _pod.decode(raw)
+    except msgspec.DecodeError:
+        return None  # the general path says what is wrong
+
+
+def _check_pod_size(raw: msgspec.Raw) -> None:
+    if len(raw) > MAX_POD_BYTES:
+        raise WireError(f"Pod is over {MAX_POD_BYTES} bytes: larger than any stored pod")
+
+
+def _check_count(count: int) -> None:
+    if count > MAX_CANDIDATES:
+        raise WireError(f"more than {MAX_CANDIDATES} candidate nodes")
+
+
+def _check_names(raw: bytes | msgspec.Raw) -> None:
+    """Before a NodeNames list is decoded: node names hold no comma, so commas count them."""
+    if len(raw) > 2 * MAX_CANDIDATES and bytes(raw).count(b",") >= MAX_CANDIDATES:
+        raise WireError(f"more than {MAX_CANDIDATES} candidate nodes")
 
 
 def _candidates(raw: msgspec.Raw) -> Sequence[str] | None:
@@ -268,9 +305,15 @@ def _parse_general(body: bytes) -> ExtenderArgs:
     fields = _fields(body, "ExtenderArgs")
     if "pod" not in fields:
         raise WireError("ExtenderArgs has no Pod")
+    _check_pod_size(fields["pod"])
     pod: Pod = _decode(_pod, fields["pod"], "Pod")
     node_list: _NodeList | None = None
     if "nodes" in fields:
+        # Names first: a bad item fails at once, and the count is known before a
+        # raw slice of every item is made.
+        named: _NodeNameList | None = _decode(_node_name_list, fields["nodes"], "Nodes")
+        if named is not None and named.items is not None:
+            _check_count(len(named.items))
         node_list = _decode(_node_list, fields["nodes"], "Nodes")
     if node_list is not None and node_list.items is not None:
         raw_nodes: dict[str, msgspec.Raw] = {}
@@ -280,6 +323,8 @@ def _parse_general(body: bytes) -> ExtenderArgs:
                 raise WireError(f"invalid Nodes.items[{index}]: node without metadata.name")
             raw_nodes[node.metadata.name] = raw
         return ExtenderArgs(pod, list(raw_nodes), _raw_nodes=raw_nodes)
+    if "nodenames" in fields:
+        _check_names(fields["nodenames"])
     names = _decode(_node_names, fields["nodenames"], "NodeNames") if "nodenames" in fields else None
     if names is None:
         raise WireError("ExtenderArgs has neither Nodes nor NodeNames")
