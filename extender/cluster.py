@@ -236,19 +236,24 @@ class ClusterState:
 
     def accounts_without(self, uid: str) -> Mapping[str, NodeAccount]:
         """The accounts as the pod ``uid`` should see them: without its own hold."""
-        reservation = self._inflight.reservations_of(uid)
-        if reservation is None:
-            return self.accounts
-        own = {
-            node: msgspec.structs.replace(
-                account,
-                pending_bytes=account.pending_bytes - reservation.hugepage_bytes,
-                pending_cpu_millis=account.pending_cpu_millis - reservation.cpu_millis,
-            )
-            for node in reservation.nodes
-            if (account := self.accounts.get(node)) is not None
-        }
-        return ChainMap(own, self.accounts)
+        return self.accounts_without_holds((uid,))
+
+    def accounts_without_holds(self, uids: Iterable[str]) -> Mapping[str, NodeAccount]:
+        """The accounts without the holds of ``uids`` (the accounts themselves when none holds)."""
+        own: dict[str, NodeAccount] = {}
+        for uid in uids:
+            reservation = self._inflight.reservations_of(uid)
+            if reservation is None:
+                continue
+            for node in reservation.nodes:
+                account = own.get(node) or self.accounts.get(node)
+                if account is not None:
+                    own[node] = msgspec.structs.replace(
+                        account,
+                        pending_bytes=account.pending_bytes - reservation.hugepage_bytes,
+                        pending_cpu_millis=account.pending_cpu_millis - reservation.cpu_millis,
+                    )
+        return ChainMap(own, self.accounts) if own else self.accounts
 
     def release(self, uid: str) -> None:
         """Stop counting a placement in flight (its bind failed)."""

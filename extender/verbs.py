@@ -8,20 +8,24 @@ by UID, namespace and name, and anyone who reaches the port can write those.
 So a hold belongs to the pod that placed it (``namespace/name``): a call naming
 the same UID with another pod neither replaces nor cancels it, and a UID the
 watch shows as another pod's holds nothing. With ``verify_holds`` (a live
-cluster), a hold whose pod the watch has not shown within
-``UNVERIFIED_HOLD_SECONDS`` is dropped and its UID never holds again, so a
-made-up pod holds pages for seconds, not forever. Bind binds only a pod this
-extender filtered, to a node that filter admitted.
+cluster), a pod the watch has not shown yet (the scheduler may be a few
+milliseconds ahead of this extender's watch) holds pages only against other
+such pods: a pod the watch shows decides as if those holds were not there, so
+made-up pods can never keep a real pod off a pool. Such a hold is dropped when
+the watch has not shown its pod within ``UNVERIFIED_HOLD_SECONDS`` (its UID then
+never holds again), and at most ``MAX_UNVERIFIED_HOLDS`` exist at once. Bind
+binds only a pod this extender filtered, to a node that filter admitted.
 """
 
 from __future__ import annotations
 
 import random
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
+from extender.capacity import NodeAccount
 from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import FilterDecision, HostScores, Reasons, filter_nodes, prioritize_nodes, reads_columns
@@ -32,6 +36,7 @@ RECENT_PODS = 10_000  # pods between filter and bind; far more than a scheduler 
 RECENT_NAMES = 1_000_000  # admitted node names kept for bind across those pods (lists are shared, not copied)
 UNVERIFIED_HOLD_SECONDS = 5.0  # how long a hold may wait for the watch to show its pod
 REFUSED_UIDS = 10_000  # UIDs whose pod never showed up: they hold nothing again
+MAX_UNVERIFIED_HOLDS = 64  # holds of pods the watch has not shown yet; a real scheduler is rarely ahead by one
 
 
 class _Filtered(msgspec.Struct, frozen=True, gc=False):
@@ -62,6 +67,7 @@ class ExtenderVerbs:
         self._recent: OrderedDict[str, _Filtered] = OrderedDict()
         self._recent_names = 0
         self._unverified: deque[tuple[float, str]] = deque()  # (deadline, uid), soonest first
+        self._unverified_uids: dict[str, None] = {}
         self._refused: OrderedDict[str, None] = OrderedDict()
         self.refused_holds = 0  # for metrics and tests: holds refused or dropped as not the pod's own
 
@@ -80,16 +86,26 @@ class ExtenderVerbs:
             # A new attempt for this pod: its previous attempt's hold is over, and must not
             # count against the pod itself.
             self.state.release(uid)
+        accounts: Mapping[str, NodeAccount] = self.state.accounts
+        if self._unverified_uids and self.state.owner_of(uid) == owner:
+            # A pod the watch shows: holds of pods it has not shown (yet) are not in its way.
+            unshown = [
+                u for u in self._unverified_uids if self.state.owner_of(u) is None and not self.state.is_bound(u)
+            ]
+            accounts = self.state.accounts_without_holds(unshown)
+        plain = accounts is self.state.accounts
         decision = filter_nodes(
             demand,
             candidates,
-            accounts=self.state.accounts,
+            accounts=accounts,
             policy=policy,
             reasons=self.reasons,
             rng=self.rng,
-            headroom=self.state.headroom,
+            headroom=self.state.headroom if plain else None,
             # Read only when used: reading brings the columns up to date.
-            columns=self.state.columns if policy.examines_every_candidate and reads_columns(candidates) else None,
+            columns=(
+                self.state.columns if plain and policy.examines_every_candidate and reads_columns(candidates) else None
+            ),
         )
         if not own or not uid:
             self.refused_holds += bool(uid)
@@ -99,9 +115,14 @@ class ExtenderVerbs:
         self._remember(uid, _Filtered(owner, demand, policy, decision.passed))
         held = False
         if demand.wants_hugepages and self.hold_in_flight and policy.mode is Mode.ENFORCE and self._may_hold(uid):
-            held = self.state.reserve(uid, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
-            if held and self.verify_holds and self.state.owner_of(uid) is None:
+            unshown = self.verify_holds and self.state.owner_of(uid) is None and not self.state.is_bound(uid)
+            if unshown and uid not in self._unverified_uids:
+                if len(self._unverified_uids) >= MAX_UNVERIFIED_HOLDS:
+                    self.refused_holds += 1
+                    return decision, False
+                self._unverified_uids[uid] = None
                 self._unverified.append((self.state.now() + UNVERIFIED_HOLD_SECONDS, uid))
+            held = self.state.reserve(uid, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
         return decision, held
 
     def prioritize(self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str]) -> HostScores:
@@ -158,6 +179,7 @@ class ExtenderVerbs:
         pending = self._unverified
         while pending and pending[0][0] <= now:
             _, uid = pending.popleft()
+            self._unverified_uids.pop(uid, None)
             if self.state.owner_of(uid) is not None or self.state.is_bound(uid):
                 continue
             self.state.release(uid)

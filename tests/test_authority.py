@@ -50,20 +50,28 @@ def waiting(state: ClusterState, name: str, namespace: str = "team") -> str:
     return pod.metadata.uid
 
 
-def test_made_up_pods_hold_pages_for_seconds_not_forever(state: ClusterState, clock: Clock) -> None:
+def test_made_up_pods_never_keep_a_real_pod_off_a_pool(state: ClusterState, clock: Clock) -> None:
     # Five filter calls for pods no watch ever shows held every 1Gi pool (the attack).
     v = verbs(state)
     fakes_held = [v.filter(f"fake-{i}", "team", NEED, NODES, name=f"fake-{i}")[1] for i in range(5)]
-    assert fakes_held[0]  # on all six pools (K = 6); the others find no room left
+    assert fakes_held[0]  # on all six pools (K = 6): against other pods the watch has not shown
+    assert not v.filter("unshown", "team", NEED, NODES, name="unshown")[0].passed
     real = waiting(state, "real")
-    assert not v.filter(real, "team", NEED, NODES, name="real")[0].passed  # blocked for now
-    clock.now += UNVERIFIED_HOLD_SECONDS + 0.1
     decision, held = v.filter(real, "team", NEED, NODES, name="real")
-    assert decision.passed
+    assert decision.passed  # a pod the watch shows does not see the made-up holds
     assert held
-    # ... and renewing them does not bring them back: their UIDs hold nothing again.
-    for i in range(5):
-        assert v.filter(f"fake-{i}", "team", NEED, NODES, name=f"fake-{i}")[1] is False
+    # Renewed with fresh UIDs, again and again: never in a real pod's way, and bounded in number.
+    for round_ in range(200):
+        v.filter(f"fresh-{round_}", "team", NEED, NODES, name=f"fresh-{round_}")
+    assert len(v._unverified_uids) <= 64
+    assert v.bind_started(real, "n0")  # the real pod's hold narrows to its node
+    other = waiting(state, "other")
+    assert v.filter(other, "team", NEED, NODES[1:], name="other")[0].passed
+    # Past the window the made-up holds are gone, and their UIDs hold nothing again.
+    clock.now += UNVERIFIED_HOLD_SECONDS + 0.1
+    v.filter("x", "team", PodDemand(0, 0), NODES, name="x")
+    assert set(state.reservations()) == {real, other}
+    assert v.filter("fake-0", "team", NEED, NODES, name="fake-0")[1] is False
 
 
 def test_a_real_pod_keeps_its_hold_past_the_verification_window(state: ClusterState, clock: Clock) -> None:

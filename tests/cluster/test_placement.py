@@ -102,8 +102,11 @@ def test_a_wide_cluster_is_read_in_place_and_only_free_pools_fill(cell: Cell, sa
         if roomy:
             free.append(node)
     assert len(msgspec.json.encode(nodes)) > SMALL_CANDIDATE_LIST
-    extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce", "sampleSize": sample_size}}})
-    scheduler = cell.scheduler(extender)  # the extender is ready: it has listed every node
+    # Every node (K = 0) admits more nodes than a hold covers: that needs the bind verb.
+    bind = sample_size == 0
+    config = {"namespaces": {cell.namespace: {"mode": "enforce", "sampleSize": sample_size}}}
+    extender = cell.extender(config, enable_bind=bind)
+    scheduler = cell.scheduler(extender, bind=bind)  # the extender is ready: it has listed every node
 
     names = cell.pods([f"p-{i:02d}" for i in range(2 * len(free))], scheduler, hugepages_2mi="512Mi")
     cell.plane.wait_for_pods_bound(cell.namespace, names, timeout=90)
