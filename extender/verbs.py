@@ -115,8 +115,8 @@ class ExtenderVerbs:
         self._remember(uid, _Filtered(owner, demand, policy, decision.passed))
         held = False
         if demand.wants_hugepages and self.hold_in_flight and policy.mode is Mode.ENFORCE and self._may_hold(uid):
-            unshown = self.verify_holds and self.state.owner_of(uid) is None and not self.state.is_bound(uid)
-            if unshown and uid not in self._unverified_uids:
+            not_shown = self.verify_holds and self.state.owner_of(uid) is None and not self.state.is_bound(uid)
+            if not_shown and uid not in self._unverified_uids:
                 if len(self._unverified_uids) >= MAX_UNVERIFIED_HOLDS:
                     self.refused_holds += 1
                     return decision, False
