@@ -32,6 +32,7 @@ def test_default_manifest_is_the_default_install() -> None:
         "ClusterRoleBinding",
         "ConfigMap",
         "Deployment",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "Role",
         "RoleBinding",

@@ -250,8 +250,8 @@ Checks that span several values (the schema checks each value alone).
 {{- if and .Values.tls.clientAuth.enabled (not .Values.tls.enabled) }}
 {{- fail "tls.clientAuth.enabled needs tls.enabled: client certificates are only checked over HTTPS" }}
 {{- end }}
-{{- if ge (float64 .Values.extender.shutdownTimeoutSeconds) (float64 .Values.terminationGracePeriodSeconds) }}
-{{- fail (printf "extender.shutdownTimeoutSeconds (%v) must be under terminationGracePeriodSeconds (%v), or the kubelet kills the extender mid-drain" .Values.extender.shutdownTimeoutSeconds .Values.terminationGracePeriodSeconds) }}
+{{- if ge (addf .Values.extender.shutdownTimeoutSeconds .Values.extender.drainSeconds) (float64 .Values.terminationGracePeriodSeconds) }}
+{{- fail (printf "extender.drainSeconds (%v) plus extender.shutdownTimeoutSeconds (%v) must be under terminationGracePeriodSeconds (%v), or the kubelet kills the extender mid-drain" .Values.extender.drainSeconds .Values.extender.shutdownTimeoutSeconds .Values.terminationGracePeriodSeconds) }}
 {{- end }}
 {{- if eq (int .Values.ports.extender) (int .Values.ports.probe) }}
 {{- fail "ports.extender and ports.probe must differ: the probe port is plain HTTP" }}
