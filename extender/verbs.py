@@ -28,12 +28,19 @@ import msgspec
 from extender.capacity import NodeAccount
 from extender.cluster import ClusterState
 from extender.config import Config
-from extender.decision import FilterDecision, HostScores, Reasons, filter_nodes, prioritize_nodes, reads_columns
+from extender.decision import (
+    HOLD_LIMIT,
+    FilterDecision,
+    HostScores,
+    Reasons,
+    filter_nodes,
+    prioritize_nodes,
+    reads_columns,
+)
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 
 RECENT_PODS = 10_000  # pods between filter and bind; far more than a scheduler has in flight
-RECENT_NAMES = 1_000_000  # admitted node names kept for bind across those pods (lists are shared, not copied)
 UNVERIFIED_HOLD_SECONDS = 5.0  # how long a hold may wait for the watch to show its pod
 REFUSED_UIDS = 10_000  # UIDs whose pod never showed up: they hold nothing again
 MAX_UNVERIFIED_HOLDS = 64  # holds of pods the watch has not shown yet; a real scheduler is rarely ahead by one
@@ -45,7 +52,7 @@ class _Filtered(msgspec.Struct, frozen=True, gc=False):
     owner: str  # namespace/name
     demand: PodDemand
     policy: Policy
-    admitted: Sequence[str]
+    admitted: tuple[str, ...] | None  # None: more than HOLD_LIMIT, any node this extender knows
 
 
 class ExtenderVerbs:
@@ -65,7 +72,6 @@ class ExtenderVerbs:
         self.verify_holds = verify_holds  # a live cluster: holds need their pod shown by the watch
         self.rng = rng or random.Random()  # best-of-K draws; seedable for tests and the replay
         self._recent: OrderedDict[str, _Filtered] = OrderedDict()
-        self._recent_names = 0
         self._unverified: deque[tuple[float, str]] = deque()  # (deadline, uid), soonest first
         self._unverified_uids: dict[str, None] = {}
         self._refused: OrderedDict[str, None] = OrderedDict()
@@ -112,7 +118,9 @@ class ExtenderVerbs:
             return decision, False
         # Every mode: a pod placed in an off namespace still takes pages that
         # enforcing namespaces must see in flight once bind names its node.
-        self._remember(uid, _Filtered(owner, demand, policy, decision.passed))
+        passed = decision.passed
+        admitted = tuple(passed) if len(passed) <= HOLD_LIMIT else None
+        self._remember(uid, _Filtered(owner, demand, policy, admitted))
         held = False
         if demand.wants_hugepages and self.hold_in_flight and policy.mode is Mode.ENFORCE and self._may_hold(uid):
             not_shown = self.verify_holds and self.state.owner_of(uid) is None and not self.state.is_bound(uid)
@@ -143,7 +151,8 @@ class ExtenderVerbs:
             return "not bound: this extender has not filtered a pod with this UID"
         if filtered.owner != f"{namespace}/{name}":
             return "not bound: the pod's namespace and name differ from the pod filtered under this UID"
-        if node not in filtered.admitted:
+        admitted = filtered.admitted
+        if (node not in admitted) if admitted is not None else (node not in self.state.accounts):
             return "not bound: the node is not one this extender's filter admitted for the pod"
         return None
 
@@ -189,11 +198,11 @@ class ExtenderVerbs:
                 self._refused.popitem(last=False)
 
     def _remember(self, uid: str, filtered: _Filtered) -> None:
-        previous = self._recent.pop(uid, None)
-        if previous is not None:
-            self._recent_names -= len(previous.admitted)
+        """At most RECENT_PODS pods, each with at most HOLD_LIMIT names: bounded memory.
+
+        An answer admitting more (every candidate, K = 0) is remembered as "a node this
+        extender knows": a caller that can call filter could have named that node alone."""
+        self._recent.pop(uid, None)
         self._recent[uid] = filtered
-        self._recent_names += len(filtered.admitted)
-        while len(self._recent) > RECENT_PODS or self._recent_names > RECENT_NAMES:
-            _, oldest = self._recent.popitem(last=False)
-            self._recent_names -= len(oldest.admitted)
+        if len(self._recent) > RECENT_PODS:
+            self._recent.popitem(last=False)

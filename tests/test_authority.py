@@ -144,15 +144,18 @@ def test_bind_authority_covers_pods_without_hugepages_too(state: ClusterState) -
     assert v.bind_refusal("plain", "team", "web", "elsewhere") is not None
 
 
-def test_remembered_pods_are_bounded_by_count_and_by_names() -> None:
+def test_remembered_pods_are_bounded_in_count_and_in_names() -> None:
     state = ClusterState(build_config(CONFIG, {}))
-    state.replace([], [])
+    state.replace([make_node("node-7", hugepages="1Gi")], [])
     v = ExtenderVerbs(build_config(CONFIG, {}), state)
     names = [f"node-{i}" for i in range(5_000)]
-    for i in range(1_000):
+    for i in range(12_000):
         v.filter(f"u{i}", "team", PodDemand(0, 0), list(names), name=f"p{i}")  # a new list each call
-    assert v._recent_names <= 1_000_000
-    assert len(v._recent) == 200
+    assert len(v._recent) == 10_000
+    assert all(f.admitted is None for f in v._recent.values())  # no list of 5,000 names kept
+    # Every candidate admitted: a node this extender knows may be bound to.
+    assert v.bind_refusal("u11999", "team", "p11999", "node-7") is None
+    assert v.bind_refusal("u11999", "team", "p11999", "node-9") is not None
 
 
 @pytest.mark.parametrize(
