@@ -188,3 +188,11 @@ def test_quantities_beyond_int64_leave_every_view_usable(state: ClusterState) ->
     assert columns.column("headroom")[slots[0]] == 7 << 60
     assert columns.column("cpu_busy_millis")[slots[1]] == (1 << 63) - 1
     assert state.accounts["b"].cpu_requested_millis > 9 * 10**21  # the accounts keep exact values
+
+
+@pytest.mark.parametrize("annotation", ["NaN", "1e999999", "inf", "-1Gi", "lots", "9" * 5000])
+def test_a_bad_reserved_annotation_is_ignored_for_its_node_only(state: ClusterState, annotation: str) -> None:
+    # Written by hand or a node agent: one bad value must neither fail a list nor hide the pool.
+    state.replace_nodes([state.node_record(make_node("odd", hugepages="1Gi", reserved=annotation))])
+    assert state.accounts["odd"].total_pages == 512
+    assert state.accounts["odd"].reserved_pages == 0
