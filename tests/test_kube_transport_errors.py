@@ -31,7 +31,7 @@ def _unreachable_api() -> client.ApiClient:
 def test_a_bind_the_api_server_never_gets_is_a_bind_error() -> None:
     binder = ApiBinder(_unreachable_api(), timeout_seconds=1.0)
     try:
-        with pytest.raises(BindError, match="binding ns/p:"):
+        with pytest.raises(BindError, match="binding 'ns'/'p':"):
             asyncio.run(binder.bind(BindingArgs("p", "ns", "uid-1", "node-a")))
     finally:
         binder.close()
