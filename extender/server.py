@@ -238,7 +238,12 @@ class Extender:
             decision.insufficient,
             decision.exceeds_pool,
         )
-        if self.events is not None:
+        if (
+            self.events is not None
+            and self.state.owner_of(pod.metadata.uid) == f"{pod.metadata.namespace}/{pod.metadata.name}"
+        ):
+            # Only on pods the watch shows: a made-up pod must not make the extender post
+            # Events into any namespace under its own identity.
             self.events.no_fit(pod, decision, demand.hugepage_bytes)
 
 

@@ -272,9 +272,33 @@ def _parse_canonical(body: bytes) -> ExtenderArgs | None:
 def _pod_of(raw: msgspec.Raw) -> Pod | None:
     _check_pod_size(raw)
     try:
-        return _pod.decode(raw)
+        pod: Pod = _pod.decode(raw)
     except msgspec.DecodeError:
         return None  # the general path says what is wrong
+    return _checked_identity(pod)
+
+
+# What Kubernetes allows (a DNS label, a DNS subdomain, a UUID): anything longer names no pod
+# or node, and would only make what the extender remembers per pod (its UID, its namespace
+# and name, for holds and bind) as large as the request.
+MAX_NAMESPACE, MAX_NAME, MAX_UID = 63, 253, 128
+
+
+def _checked_identity(pod: Pod) -> Pod:
+    meta = pod.metadata
+    _check_identity(meta.namespace, meta.name, meta.uid, "Pod")
+    return pod
+
+
+def _check_identity(namespace: str, name: str, uid: str, what: str, node: str = "") -> None:
+    for field, value, limit in (
+        ("namespace", namespace, MAX_NAMESPACE),
+        ("name", name, MAX_NAME),
+        ("uid", uid, MAX_UID),
+        ("node", node, MAX_NAME),
+    ):
+        if len(value) > limit:
+            raise WireError(f"{what} {field} longer than {limit} characters")
 
 
 def _check_pod_size(raw: msgspec.Raw) -> None:
@@ -306,7 +330,7 @@ def _parse_general(body: bytes) -> ExtenderArgs:
     if "pod" not in fields:
         raise WireError("ExtenderArgs has no Pod")
     _check_pod_size(fields["pod"])
-    pod: Pod = _decode(_pod, fields["pod"], "Pod")
+    pod: Pod = _checked_identity(_decode(_pod, fields["pod"], "Pod"))
     node_list: _NodeList | None = None
     if "nodes" in fields:
         # Names first: a bad item fails at once, and the count is known before a
@@ -342,6 +366,7 @@ def parse_binding_args(body: bytes) -> BindingArgs:
     if not values["podname"] or not values["node"] or not values["poduid"]:
         # An empty PodUID would bind without the UID precondition: never.
         raise WireError("ExtenderBindingArgs needs a PodName, a PodUID and a Node")
+    _check_identity(values["podnamespace"], values["podname"], values["poduid"], "ExtenderBindingArgs", values["node"])
     return BindingArgs(values["podname"], values["podnamespace"], values["poduid"], values["node"])
 
 

@@ -234,3 +234,17 @@ async def test_keepalive_closes_connections_that_never_send_a_request(aiohttp_se
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server
     writer.close()
+
+
+@pytest.mark.parametrize(("field", "length"), [("uid", 129), ("name", 254), ("namespace", 64)])
+async def test_identities_longer_than_kubernetes_allows_are_a_400(client: Served, field: str, length: int) -> None:
+    # What the extender remembers per pod (UID, namespace/name) stays as small as Kubernetes' own.
+    body = pod_args()
+    body["Pod"]["metadata"][field] = "x" * length
+    for verb in ("filter", "prioritize"):
+        status, answer = await post(client, verb, body)
+        assert status == 400
+        assert b"longer than" in answer
+    binding = {"PodName": "p", "PodNamespace": "d", "PodUID": "u", "Node": "n"}
+    binding[{"uid": "PodUID", "name": "PodName", "namespace": "PodNamespace"}[field]] = "x" * length
+    assert (await post(client, "bind", binding))[0] == 400
