@@ -490,6 +490,16 @@ def test_network_policy_admits_only_the_scheduler_on_the_verbs(renders: dict[str
             id="drain-within-grace",
         ),
         pytest.param(
+            {"config.defaults.mode": "enforce", "config.defaults.sampleSize": "0"},
+            "config.defaults.sampleSize: 0 with mode enforce admits more nodes than a hold covers",
+            id="every-node-needs-bind",
+        ),
+        pytest.param(
+            {"config.namespaces.vms.mode": "enforce", "config.namespaces.vms.sampleSize": "17"},
+            "config.namespaces.vms.sampleSize: 17 with mode enforce",
+            id="k-above-16-needs-bind",
+        ),
+        pytest.param(
             {"ports.probe": "8888"},
             "ports.extender and ports.probe must differ",
             id="distinct-ports",

@@ -262,6 +262,24 @@ Checks that span several values (the schema checks each value alone).
 {{- fail (printf "bind.timeoutSeconds (%v) must be under scheduler.extender.httpTimeout (%s): the scheduler would give up on a bind that may still succeed" .Values.bind.timeoutSeconds $timeout) }}
 {{- end }}
 {{- end }}
+{{- /* An enforcing filter holds a pod's need on at most 16 admitted nodes; more (sampleSize 0 or above 16)
+       over-commits a burst unless the bind verb narrows holds: the extender refuses that at start too. */}}
+{{- if not .Values.bind.enabled }}
+{{- $defaults := .Values.config.defaults }}
+{{- $policies := dict "config.defaults" (dict) }}
+{{- range $name, $ns := .Values.config.namespaces }}
+{{- $_ := set $policies (printf "config.namespaces.%s" $name) ($ns | default dict) }}
+{{- end }}
+{{- range $where, $own := $policies }}
+{{- $mode := toString (ternary (get $own "mode") (get $defaults "mode") (hasKey $own "mode")) }}
+{{- $k := 3 }}
+{{- if hasKey $defaults "sampleSize" }}{{ $k = int (get $defaults "sampleSize") }}{{ end }}
+{{- if hasKey $own "sampleSize" }}{{ $k = int (get $own "sampleSize") }}{{ end }}
+{{- if and (eq $mode "enforce") (or (eq $k 0) (gt $k 16)) }}
+{{- fail (printf "%s.sampleSize: %d with mode enforce admits more nodes than a hold covers (at most 16), so a burst can over-commit a pool; set sampleSize between 1 and 16, or bind.enabled=true" $where $k) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if and .Values.networkPolicy.enabled (eq .Values.scheduler.mode "own") (not .Values.networkPolicy.extraExtenderFrom) }}
 {{- fail "networkPolicy.enabled with scheduler.mode=own: the cluster's kube-scheduler connects from the control-plane nodes' host network; list them in networkPolicy.extraExtenderFrom (e.g. an ipBlock)" }}
 {{- end }}
