@@ -96,6 +96,11 @@ class Metrics:
             ["source"],
             registry=r,
         )
+        self.holds_refused = Counter(
+            "hugepage_extender_holds_refused",
+            "Holds refused or dropped: a UID claimed by another pod, or a pod the watch never showed.",
+            registry=r,
+        )
         self.binds = Counter("hugepage_extender_binds", "Bind verb calls by result.", ["result"], registry=r)
         self.events = Counter(
             "hugepage_extender_events", "Events posted on pods no node could take, by reason.", ["reason"], registry=r

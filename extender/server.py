@@ -153,9 +153,12 @@ class Extender:
             return web.Response(body=render_filter_error(unready_message(unready)), content_type=JSON)
         pod = args.pod
         demand = self.state.demand_of(pod)
+        refused = self.verbs.refused_holds
         decision, held = self.verbs.filter(
             pod.metadata.uid, pod.metadata.namespace, demand, args.node_names, name=pod.metadata.name
         )
+        if self.verbs.refused_holds != refused:
+            self.metrics.holds_refused.inc(self.verbs.refused_holds - refused)
         if held:
             self.metrics.child(self.metrics.reservations, "filter").inc()
         self._observe(pod, self.config.policy_for(pod.metadata.namespace), decision, demand, len(args.node_names))

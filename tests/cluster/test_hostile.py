@@ -17,6 +17,7 @@ import msgspec
 import pytest
 
 from e2e.controlplane import ControlPlane, Service, free_port, wait_until, write_kubeconfig
+from extender.verbs import UNVERIFIED_HOLD_SECONDS
 from tests.cluster.placement_support import (
     Cell,
     StartExtender,
@@ -268,4 +269,7 @@ def test_made_up_pods_cannot_keep_a_real_pod_off_the_pools(cell: Cell) -> None:
     finally:
         stop.set()
         thread.join()
+    time.sleep(UNVERIFIED_HOLD_SECONDS + 0.5)
+    post(extender, "filter", {"Pod": pod_body("any", cell.namespace, "any-uid"), "NodeNames": nodes})
+    assert metric_value(extender, "hugepage_extender_holds_refused_total") > 0  # the fakes' holds, dropped
     assert msgspec.json.encode(nodes)  # the six pools were the candidates
