@@ -6,26 +6,30 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import socket
 import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import msgspec
 import yaml
+from kubernetes.client import ApiClient
+from kubernetes.config.config_exception import ConfigException as KubeConfigError
 
 from extender import __version__
 from extender.cluster import ClusterState
-from extender.config import Config, ConfigError, load_config
+from extender.config import Config, ConfigError, holds_need_bind, load_config
 from extender.diagnose import add_extender_arguments, live_explanation, remote_from_args, split_pod_name
 from extender.errors import ExtenderError
 from extender.explain import Explanation, explain, render_table
 from extender.kube.binder import ApiBinder
 from extender.kube.client import api_client
 from extender.kube.events import PodEvents
-from extender.kube.informer import ClusterInformer, freeze_cache
+from extender.kube.informer import DEFAULT_STALE_AFTER_SECONDS, ClusterInformer, freeze_cache
 from extender.kube.live import api_client_for
 from extender.logs import configure as configure_logging
 from extender.metrics import Metrics
@@ -34,7 +38,7 @@ from extender.objects import Pod
 from extender.replay import add_parser as add_replay_parser
 from extender.server import Extender, create_app, create_probe_app, serve_until_stopped
 from extender.snapshot import SnapshotError, load_snapshot
-from extender.tls import server_ssl_context
+from extender.tls import CertificateReloader, server_ssl_context
 
 log = logging.getLogger("extender")
 
@@ -54,6 +58,8 @@ def _serve(args: argparse.Namespace) -> int:
     live = args.in_cluster or args.kubeconfig is not None
     if args.enable_bind and not live:
         raise ConfigError("--enable-bind needs a cluster (--kubeconfig or --in-cluster)")
+    if (problem := holds_need_bind(config)) is not None and not args.enable_bind:
+        raise ConfigError(problem)
     metrics = Metrics()
     state = ClusterState(config, on_hold_bound=metrics.hold_to_bound.observe)
     if not live:
@@ -63,46 +69,57 @@ def _serve(args: argparse.Namespace) -> int:
         freeze_cache()
         source = "the bundled example snapshot" if args.example else args.snapshot
         log.info("loaded %s: %d nodes, %d bound pods", source, state.node_count, state.pod_count)
-    log.info(
-        "hugepage-extender %s serving %s on %s:%d (%s%s), default mode %s, cluster state from %s",
-        __version__,
-        config.resource_name,
-        args.host,
-        args.port,
-        "https" if tls else "http",
-        ", client certificates required" if args.client_ca_file else "",
-        config.placement.defaults.mode.value,
-        "the API server" if live else "a snapshot",
-    )
-    asyncio.run(_serve_async(args, config, state, metrics, tls, live=live))
+    # Made before serving, so a bad kubeconfig stops the process at once.
+    api = api_client(args.kubeconfig, in_cluster=args.in_cluster) if live else None
+
+    def serving() -> None:
+        log.info(
+            "hugepage-extender %s serving %s on %s:%d (%s%s), default mode %s, cluster state from %s",
+            __version__,
+            config.resource_name,
+            args.host,
+            args.port,
+            "https" if tls else "http",
+            ", client certificates required" if args.client_ca_file else "",
+            config.placement.defaults.mode.value,
+            "the API server" if live else "a snapshot",
+        )
+
+    asyncio.run(_serve_async(args, config, state, metrics, tls, api, serving))
     return 0
 
 
-async def _serve_async(
+async def _serve_async(  # noqa: PLR0917 (one call site, in order)
     args: argparse.Namespace,
     config: Config,
     state: ClusterState,
     metrics: Metrics,
     tls: ssl.SSLContext | None,
-    *,
-    live: bool,
+    api: ApiClient | None,
+    serving: Callable[[], None],
 ) -> None:
-    if not live:
+    if api is None:
         extender = Extender(config, state, metrics)
-        await _serve_apps(args, extender, tls)
+        await _serve_apps(args, extender, tls, serving)
         return
-    api = api_client(args.kubeconfig, in_cluster=args.in_cluster)
-    informer = ClusterInformer(api, state, node_reports=args.node_reports)
+    informer = ClusterInformer(
+        api,
+        state,
+        node_reports=args.node_reports,
+        stale_after_seconds=args.watch_stale_seconds,
+        watch_timeout_seconds=args.watch_timeout_seconds,
+    )
     binder = ApiBinder(api, timeout_seconds=args.bind_timeout_seconds) if args.enable_bind else None
     events = (
         PodEvents(api, metrics, resource_name=config.resource_name, instance=socket.gethostname())
         if args.events
         else None
     )
-    extender = Extender(config, state, metrics, binder=binder, events=events)
+    extender = Extender(config, state, metrics, binder=binder, events=events, verify_holds=True)
     informer.start(asyncio.get_running_loop())
+    metrics.watch_reflectors(informer.reflectors)
     try:
-        await _serve_apps(args, extender, tls)
+        await _serve_apps(args, extender, tls, serving)
     finally:
         informer.stop()
         for closable in (binder, events):
@@ -110,11 +127,28 @@ async def _serve_async(
                 closable.close()
 
 
-async def _serve_apps(args: argparse.Namespace, extender: Extender, tls: ssl.SSLContext | None) -> None:
+async def _serve_apps(
+    args: argparse.Namespace, extender: Extender, tls: ssl.SSLContext | None, serving: Callable[[], None]
+) -> None:
     apps = [(create_app(extender), args.host, args.port, tls)]
     if args.probe_port:
         apps.append((create_probe_app(extender), args.host, args.probe_port, None))
-    await serve_until_stopped(apps, shutdown_timeout=args.shutdown_timeout)
+    background = []
+    if tls is not None:
+        reloader = CertificateReloader(tls, args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+        background.append(lambda: reloader.watch(args.tls_reload_seconds))
+
+    def not_ready() -> None:
+        extender.draining = True
+
+    await serve_until_stopped(
+        apps,
+        shutdown_timeout=args.shutdown_timeout,
+        drain_seconds=args.drain_seconds,
+        on_start=serving,
+        on_stop=not_ready,
+        background=tuple(background),
+    )
 
 
 def _read_pod(path: Path) -> Pod:
@@ -183,25 +217,60 @@ def _explain_live(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line naming the problem, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def _port(text: str) -> int:
+    port = _port_or_count(text)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return port
+
+
+def _port_or_count(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
+    return value
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(text: str) -> str:
+    if text.upper() not in _LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(_LOG_LEVELS)}")
+    return text.upper()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hugepage-extender",
         description="kube-scheduler extender that keeps pods off nodes whose hugepage pool cannot hold them",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument(
-        "--log-level",
-        type=str.upper,
-        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-        default=os.environ.get("LOG_LEVEL", "INFO").upper(),
-    )
+    parser.add_argument("--log-level", type=_log_level, default=os.environ.get("LOG_LEVEL", "INFO"))
     parser.add_argument(
         "--log-format",
         choices=("text", "json"),
         default=os.environ.get("LOG_FORMAT", "text"),
         help="text for people, json (one object a line) for log collectors",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def common(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--config", type=Path, help="YAML config file (default: built-in defaults)")
@@ -221,13 +290,39 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--in-cluster", action="store_true", help="list and watch the cluster this pod runs in")
     source.add_argument("--example", action="store_true", help="serve over the bundled example cluster (a demo)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8888)
+    serve.add_argument("--port", type=_port, default=8888)
     serve.add_argument("--tls-cert-file", type=Path, help="serve HTTPS with this certificate")
     serve.add_argument("--tls-key-file", type=Path, help="private key of --tls-cert-file")
     serve.add_argument("--client-ca-file", type=Path, help="require client certificates signed by this CA")
-    serve.add_argument("--shutdown-timeout", type=float, default=10.0, help="seconds to drain on SIGTERM")
     serve.add_argument(
-        "--probe-port", type=int, help="also serve /healthz, /readyz and /metrics over plain HTTP on this port"
+        "--shutdown-timeout",
+        type=_seconds,
+        default=10.0,
+        help="on SIGTERM, seconds to answer requests already begun once the port is closed",
+    )
+    serve.add_argument(
+        "--drain-seconds",
+        type=_seconds,
+        default=5.0,
+        help="on SIGTERM, seconds to keep serving while not ready, so endpoints drop the pod first (default 5)",
+    )
+    serve.add_argument(
+        "--tls-reload-seconds", type=_seconds, default=10.0, help="how often to look for renewed TLS files"
+    )
+    serve.add_argument(
+        "--watch-stale-seconds",
+        type=_seconds,
+        default=DEFAULT_STALE_AFTER_SECONDS,
+        help="a watch without progress for this long makes the extender unready and filter answer an error",
+    )
+    serve.add_argument(
+        "--watch-timeout-seconds",
+        type=_port_or_count,
+        default=300,
+        help="server-side timeout of each watch request; it then restarts (default 300)",
+    )
+    serve.add_argument(
+        "--probe-port", type=_port, help="also serve /healthz, /readyz and /metrics over plain HTTP on this port"
     )
     serve.add_argument("--enable-bind", action="store_true", help="serve the bind verb (creates Bindings)")
     serve.add_argument(
@@ -272,14 +367,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(args.log_level, args.log_format)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # $LOG_LEVEL is a default, so argparse does not check it: check it here.
+    try:
+        level = _log_level(args.log_level)
+    except argparse.ArgumentTypeError as error:
+        parser.error(f"argument --log-level: {error}")
+    configure_logging(level, args.log_format)
     try:
         return int(args.run(args))
     except ExtenderError as error:
-        # One line, once: the log handler writes to the same stderr.
-        log.error("%s", error)
-        return 2
+        return _startup_error(str(error), args.log_format)
+    except (OSError, ssl.SSLError, KubeConfigError, yaml.YAMLError) as error:
+        # A missing or unreadable TLS file or kubeconfig, a port taken: one line, no traceback.
+        return _startup_error(f"cannot start: {_one_line(error)}", args.log_format)
+
+
+def _startup_error(message: str, log_format: str) -> int:
+    """One line naming the problem, exit code 2: a JSON record for collectors, else plain text."""
+    if log_format == "json":
+        log.error("%s", message)
+    else:
+        print(f"hugepage-extender: {message}", file=sys.stderr)
+    return 2
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    if isinstance(error, OSError) and error.filename is not None:
+        text = f"{error.strerror or text}: {error.filename}"
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

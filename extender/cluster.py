@@ -35,7 +35,7 @@ from extender.nodeagent.record import MAX_POOL_BYTES, PoolReport, ReportError, r
 from extender.objects import Node, Pod
 from extender.podrequest import PodDemand, pod_demand
 from extender.policy import Policy
-from extender.quantity import QuantityError, ceil_units, parse, to_millis, to_units
+from extender.quantity import QuantityError, QuantityTooLarge, ceil_units, parse, quote, to_millis, to_units
 
 log = logging.getLogger("extender.cluster")
 
@@ -66,6 +66,10 @@ class ReportView:
 # cycle: gc=False keeps 100,000 pods' records out of every garbage collection.
 
 
+def _fresh() -> str | None:
+    return None
+
+
 class NodeCapacity(msgspec.Struct, frozen=True, gc=False):
     total_pages: int
     reserved_pages: int  # from the manual annotation
@@ -86,6 +90,7 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
     uid: str
     usage: PodUsage | None  # None: not bound, or terminal
     terminal: bool
+    owner: str = ""  # "namespace/name": who may hold pages under this UID while it waits
 
 
 class ClusterState:
@@ -124,7 +129,11 @@ class ClusterState:
         self._used_pages: defaultdict[str, int] = defaultdict(int)
         self._used_cpu: defaultdict[str, int] = defaultdict(int)
         self._inflight = InFlightLedger()
-        self.ready = False
+        # Pods waiting to be placed, by UID: what a filter's pod must match to hold pages.
+        self._waiting: dict[str, str] = {}
+        self.ready = False  # synced: a full listing is loaded
+        # Why the picture may be stale (a watch making no progress), or None; set by the informer.
+        self.staleness: Callable[[], str | None] = _fresh
 
     # -- what decisions and diagnostics read ---------------------------------
 
@@ -141,6 +150,12 @@ class ClusterState:
                     self._columns.put(name, account)
             self._stale_columns.clear()
         return self._columns
+
+    def unready_reason(self) -> str | None:
+        """None when decisions may be made from this state; else why not."""
+        if not self.ready:
+            return "cluster state not synced yet"
+        return self.staleness()
 
     @property
     def resource_name(self) -> str:
@@ -161,6 +176,16 @@ class ClusterState:
     @property
     def inflight_count(self) -> int:
         return len(self._inflight)
+
+    def owner_of(self, uid: str) -> str | None:
+        """``namespace/name`` of a pod the watch shows waiting for a node; None if none is."""
+        return self._waiting.get(uid)
+
+    def now(self) -> float:
+        return self._clock()
+
+    def is_bound(self, uid: str) -> bool:
+        return uid in self._pods
 
     def demand_of(self, pod: Pod) -> PodDemand:
         policy = self._config.policy_for(pod.metadata.namespace)
@@ -193,7 +218,8 @@ class ClusterState:
         return node.metadata.name, self._capacity(node)
 
     def pod_record(self, pod: Pod) -> PodRecord:
-        return PodRecord(pod.metadata.uid, self._usage(pod), pod.is_terminal)
+        meta = pod.metadata
+        return PodRecord(meta.uid, self._usage(pod), pod.is_terminal, f"{meta.namespace}/{meta.name}")
 
     def replace_nodes(self, records: Iterable[tuple[str, NodeCapacity]]) -> None:
         """A relist of Nodes."""
@@ -204,6 +230,8 @@ class ClusterState:
 
     def replace_pods(self, records: Iterable[PodRecord]) -> None:
         """A relist of Pods. Placements in flight survive it unless the pod now shows bound."""
+        records = list(records)
+        self._waiting = {r.uid: r.owner for r in records if r.usage is None and not r.terminal}
         self._install_pods({r.uid: r.usage for r in records if r.usage is not None})
 
     def _install_nodes(self, capacities: dict[str, NodeCapacity]) -> None:
@@ -372,6 +400,10 @@ class ClusterState:
     def apply_pod_record(self, record: PodRecord) -> None:
         uid, usage = record.uid, record.usage
         touched = self._forget_pod(uid)
+        if usage is None and not record.terminal:
+            self._waiting[uid] = record.owner
+        else:
+            self._waiting.pop(uid, None)
         if usage is not None:
             self._pods[uid] = usage
             self._used_pages[usage.node] += usage.pages
@@ -386,6 +418,7 @@ class ClusterState:
         self._refresh(touched)
 
     def remove_pod(self, uid: str) -> None:
+        self._waiting.pop(uid, None)
         touched = self._forget_pod(uid) | self._inflight.release(uid)
         self._refresh(touched)
 
@@ -411,20 +444,27 @@ class ClusterState:
         self, uid: str, accounts: Mapping[str, NodeAccount] | None = None
     ) -> Mapping[str, NodeAccount]:
         """The accounts (default: the state's) as the pod ``uid`` should see them: without its own hold."""
+        return self.accounts_without_holds((uid,), accounts)
+
+    def accounts_without_holds(
+        self, uids: Iterable[str], accounts: Mapping[str, NodeAccount] | None = None
+    ) -> Mapping[str, NodeAccount]:
+        """The accounts (default: the state's) without the holds of ``uids`` (``accounts`` itself when none holds)."""
         base = self.accounts if accounts is None else accounts
-        reservation = self._inflight.reservations_of(uid)
-        if reservation is None:
-            return base
-        own = {
-            node: msgspec.structs.replace(
-                account,
-                pending_bytes=account.pending_bytes - reservation.hugepage_bytes,
-                pending_cpu_millis=account.pending_cpu_millis - reservation.cpu_millis,
-            )
-            for node in reservation.nodes
-            if (account := base.get(node)) is not None
-        }
-        return ChainMap(own, cast("dict[str, NodeAccount]", base))  # read, never written
+        own: dict[str, NodeAccount] = {}
+        for uid in uids:
+            reservation = self._inflight.reservations_of(uid)
+            if reservation is None:
+                continue
+            for node in reservation.nodes:
+                account = own.get(node) or base.get(node)
+                if account is not None:
+                    own[node] = msgspec.structs.replace(
+                        account,
+                        pending_bytes=account.pending_bytes - reservation.hugepage_bytes,
+                        pending_cpu_millis=account.pending_cpu_millis - reservation.cpu_millis,
+                    )
+        return ChainMap(own, cast("dict[str, NodeAccount]", base)) if own else base  # read, never written
 
     def release(self, uid: str) -> None:
         """Stop counting a placement in flight (its bind failed)."""
@@ -450,12 +490,12 @@ class ClusterState:
         try:
             value = parse(raw)
             if not Decimal(0) <= value <= MAX_POOL_BYTES:
-                raise QuantityError(f"{raw[:40]!r} is more than any node holds")
+                raise QuantityTooLarge(f"{quote(raw)} is more than any node holds")
             reserved_pages = hugepages_for(ceil_units(value), self._page_size)
         except (QuantityError, ArithmeticError, ValueError) as error:
-            reason = "absurd" if "more than any node" in str(error) else "malformed"
+            reason = "absurd" if isinstance(error, QuantityTooLarge) else "malformed"
             log.warning(
-                "node %s: annotation %s ignored (%s)", node.metadata.name, self._reserved_annotation, str(error)[:200]
+                "node %s: annotation %s ignored (%s)", quote(node.metadata.name), self._reserved_annotation, error
             )
             return NodeCapacity(pool_bytes // self._page_size, 0, cpu_millis, ignored=reason)
         return NodeCapacity(pool_bytes // self._page_size, reserved_pages, cpu_millis, annotated=True)

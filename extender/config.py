@@ -20,12 +20,15 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 import yaml
 
+from extender.decision import HOLD_LIMIT
 from extender.errors import ExtenderError
 from extender.policy import Mode, Placement, Policy, Widening
 from extender.quantity import QuantityError, to_units
 
 DEFAULT_RESOURCE = "hugepages-2Mi"
-DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024  # a 5,000-node full-Nodes request is ~20 MB
+# A 5,000-node full-Nodes request is ~20 MB; the worst 32 MiB request peaks near 340 MiB RSS
+# (benchmarks/worst_request.py), which the chart's 512Mi limit holds with the cluster cache.
+DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 
 _HUGEPAGE_RESOURCE = re.compile(r"^hugepages-(?P<size>[0-9]+[KMGT]i)$")
 
@@ -178,3 +181,24 @@ def load_config(
         except yaml.YAMLError as error:
             raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
     return build_config(document, env, exempt_namespaces)
+
+
+def holds_need_bind(config: Config) -> str | None:
+    """Why this config over-commits pools without the bind verb, or None.
+
+    An enforcing filter holds a pod's need on the nodes it admits, at most
+    ``HOLD_LIMIT`` (16) of them; ``sampleSize: 0`` (every fitting node) or above
+    16 admits more, places no hold, and a burst then over-commits pools until the
+    watch shows each pod bound. Only the bind verb (which holds on the chosen
+    node) closes that window, so such a config is refused without it.
+    """
+    policies = {"defaults": config.placement.defaults}
+    policies.update({f"namespaces.{name}": policy for name, policy in config.placement.namespaces.items()})
+    for where, policy in policies.items():
+        if policy.mode is Mode.ENFORCE and not 1 <= policy.sample_size <= HOLD_LIMIT:
+            return (
+                f"{where}.sampleSize: {policy.sample_size} with mode enforce admits more nodes than a hold covers"
+                f" (at most {HOLD_LIMIT}), so a burst can over-commit a pool; set sampleSize between 1 and"
+                f" {HOLD_LIMIT}, or serve with --enable-bind (the scheduler's bindVerb)"
+            )
+    return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol, TypeVar
 
@@ -47,12 +48,50 @@ class StateView(Protocol):
     def pod_count(self) -> int: ...
     @property
     def inflight_count(self) -> int: ...
+    def unready_reason(self) -> str | None: ...
     @property
     def stale_reports(self) -> int: ...
     @property
     def ignored(self) -> Mapping[tuple[str, str], int]: ...
     def expire_reports(self) -> None: ...
     def report_counts(self) -> Mapping[str, int]: ...
+
+
+class WatchProgress(Protocol):
+    """What a reflector tells of its watch (extender.kube.reflector.Reflector)."""
+
+    relists: int
+    failures: int
+    last_progress: float | None
+
+
+class _WatchCollector(Collector):
+    """Watch health read at scrape time from the reflectors (they run in threads)."""
+
+    def __init__(self, reflectors: Mapping[str, WatchProgress], clock: Callable[[], float]) -> None:
+        self._reflectors = reflectors
+        self._clock = clock
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        age = GaugeMetricFamily(
+            "hugepage_extender_watch_progress_age_seconds",
+            "Seconds since the API server last answered this watch (a list, an event, a bookmark).",
+            labels=["resource"],
+        )
+        relists = CounterMetricFamily(
+            "hugepage_extender_watch_relists", "Full lists of a resource (the first one included).", labels=["resource"]
+        )
+        failures = CounterMetricFamily(
+            "hugepage_extender_watch_failures", "Lists and watches that failed and were retried.", labels=["resource"]
+        )
+        now = self._clock()
+        for name, reflector in self._reflectors.items():
+            last = reflector.last_progress
+            if last is not None:
+                age.add_metric([name], now - last)
+            relists.add_metric([name], reflector.relists)
+            failures.add_metric([name], reflector.failures)
+        yield from (age, relists, failures)
 
 
 class Metrics:
@@ -111,11 +150,18 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
             registry=r,
         )
+        self.holds_refused = Counter(
+            "hugepage_extender_holds_refused",
+            "Holds refused or dropped: a UID claimed by another pod, or a pod the watch never showed.",
+            registry=r,
+        )
         self.binds = Counter("hugepage_extender_binds", "Bind verb calls by result.", ["result"], registry=r)
         self.events = Counter(
             "hugepage_extender_events", "Events posted on pods no node could take, by reason.", ["reason"], registry=r
         )
-        self.ready = Gauge("hugepage_extender_ready", "1 once the cluster state is loaded.", registry=r)
+        self.ready = Gauge(
+            "hugepage_extender_ready", "1 when the cluster state is loaded and its watches make progress.", registry=r
+        )
         self.nodes = Gauge("hugepage_extender_cached_nodes", "Nodes in the extender's cache.", registry=r)
         self.pods = Gauge("hugepage_extender_cached_pods", "Bound, non-terminal pods in the cache.", registry=r)
         self.inflight = Gauge("hugepage_extender_inflight_placements", "Placements in flight now.", registry=r)
@@ -157,7 +203,7 @@ class Metrics:
         if self._state_collector is None:
             self._state_collector = _StateCollector(state)
             self.registry.register(self._state_collector)
-        self.ready.set_function(lambda: 1.0 if state.ready else 0.0)
+        self.ready.set_function(lambda: 1.0 if state.unready_reason() is None else 0.0)
         self.nodes.set_function(lambda: float(state.node_count))
         self.pods.set_function(lambda: float(state.pod_count))
         self.inflight.set_function(lambda: float(state.inflight_count))
@@ -172,6 +218,10 @@ class Metrics:
     def watch_waiting(self, summary: Callable[[], Waiting]) -> None:
         self.waiting_pods.set_function(lambda: float(summary().count))
         self.waiting_oldest.set_function(lambda: summary().oldest_seconds)
+
+    def watch_reflectors(self, reflectors: Mapping[str, WatchProgress]) -> None:
+        """Watch progress, relists and failures per resource, read at scrape time."""
+        self.registry.register(_WatchCollector(reflectors, time.monotonic))
 
 
 POOL_CAPACITY = "hugepage_extender_pool_capacity_bytes"

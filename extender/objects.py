@@ -65,7 +65,13 @@ class Node(msgspec.Struct, rename="camel", omit_defaults=True):
     status: NodeStatus = msgspec.field(default_factory=NodeStatus)
 
 
-class NodeName(msgspec.Struct):
-    """Only a node's name: what full-Nodes requests are decoded down to."""
+class NameOnly(msgspec.Struct, gc=False):
+    name: str
 
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+
+class NodeName(msgspec.Struct, gc=False):
+    """Only a node's name: what full-Nodes requests are decoded down to. Both fields are
+    required, so a flood of empty items fails at the first one instead of building
+    millions of defaults; annotations are skipped (a hostile node could carry millions)."""
+
+    metadata: NameOnly

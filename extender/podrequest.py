@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from extender.objects import Container, Pod, PodSpec, ResourceList, ResourceRequirements
-from extender.quantity import ceil_millis, ceil_units, parse
+from extender.quantity import INT64_MAX, QuantityError, ceil_millis, ceil_units, parse
 
 _ZERO = Decimal(0)
 
@@ -101,8 +101,12 @@ def pod_demand(pod: Pod, resource_name: str, *, need_from_memory: bool, with_qos
     hugepage_bytes = ceil_units(effective_request(pod.spec, resource_name))
     if hugepage_bytes == 0 and need_from_memory:
         hugepage_bytes = ceil_units(effective_request(pod.spec, "memory"))
+    cpu_millis = ceil_millis(effective_request(pod.spec, "cpu"))
+    if hugepage_bytes > INT64_MAX or cpu_millis > INT64_MAX * 1000:
+        # Each quantity is bounded; a sum of many may still exceed anything a node offers.
+        raise QuantityError("the pod's requests add up to more than any node can hold (over 2^63-1)")
     return PodDemand(
         hugepage_bytes=hugepage_bytes,
-        cpu_millis=ceil_millis(effective_request(pod.spec, "cpu")),
+        cpu_millis=cpu_millis,
         guaranteed=with_qos and _guaranteed(pod.spec),
     )

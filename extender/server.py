@@ -14,26 +14,29 @@ import random
 import signal
 import ssl
 import time
-from typing import Protocol
+import zlib
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
+from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from extender.binding import Binder, BindError
 from extender.cluster import ClusterState, ReportState
 from extender.config import Config
 from extender.decision import FilterDecision, HostScores, Outcome
 from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, state_report
-from extender.errors import ExtenderError
 from extender.metrics import Metrics
 from extender.objects import Pod
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
-from extender.quantity import QuantityError
+from extender.quantity import QuantityError, quote
 from extender.verbs import ExtenderVerbs
 from extender.waiting import WaitingPods
 from extender.wire import (
-    BindingArgs,
     WireError,
     parse_binding_args,
     parse_extender_args,
@@ -47,15 +50,64 @@ from extender.wire import (
 log = logging.getLogger("extender.server")
 
 JSON = "application/json"
-NOT_SYNCED = "hugepage-extender: cluster state not synced yet; retry"
+CLIENT_GONE = 499  # counted, never sent: the client left before its body arrived (nginx's code)
+BODY_TIMEOUT_SECONDS = 10.0  # the scheduler sends a whole request within its httpTimeout (5 s)
+# Above Go's http.Transport IdleConnTimeout (90 s), so the scheduler, not the server, closes
+# an idle connection (no POST lost to a close racing its reuse); also bounds a connection
+# that never sends a request (aiohttp starts the timer when the connection is made).
+KEEPALIVE_TIMEOUT_SECONDS = 100.0
 
 
-class BindError(ExtenderError):
-    """The Binding could not be created; the message goes back to the scheduler."""
+def unready_message(reason: str) -> str:
+    return f"hugepage-extender: {reason}; retry"
 
 
-class Binder(Protocol):
-    async def bind(self, args: BindingArgs) -> None: ...
+NOT_SYNCED = unready_message("cluster state not synced yet")
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its request body arrived."""
+
+
+# zlib's window bits: a gzip stream (16 + 15) or a zlib one (15); "deflate" in HTTP is zlib.
+_ENCODINGS = {"gzip": 16 + 15, "x-gzip": 16 + 15, "deflate": 15}
+
+
+async def read_body(request: web.Request, timeout: float = BODY_TIMEOUT_SECONDS) -> bytes:
+    """The request body, with every failure to receive it a known error:
+    a body its Content-Encoding does not describe is a WireError (400), a body
+    that takes longer than ``timeout`` a 408, a client that leaves ClientGone.
+
+    aiohttp's own decompression is off (``app_runner``): it logged a traceback for an
+    encoding it lacks and waited for the rest of a truncated stream. Here a body is
+    decompressed in one call, bounded by ``client_max_size`` like a plain one.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            body = await request.read()
+    except RequestPayloadError:
+        raise WireError("the body could not be read") from None
+    except TimeoutError:
+        raise web.HTTPRequestTimeout(text="request body not received in time") from None
+    except ConnectionResetError:
+        raise ClientGone from None
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    wbits = _ENCODINGS.get(encoding)
+    if wbits is None:
+        raise WireError(f"Content-Encoding {quote(encoding)} is not supported (gzip, deflate or none)")
+    limit = request.app._client_max_size  # aiohttp has no public getter
+    inflater = zlib.decompressobj(wbits)
+    try:
+        plain = inflater.decompress(body, limit + 1)
+    except zlib.error:
+        raise WireError("the body does not match its Content-Encoding") from None
+    if len(plain) > limit:
+        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(plain))
+    if not inflater.eof or inflater.unused_data:
+        raise WireError("the body does not match its Content-Encoding")
+    return plain
 
 
 class EventRecorder(Protocol):
@@ -74,13 +126,16 @@ class Extender:
         rng: random.Random | None = None,
         binder: Binder | None = None,
         events: EventRecorder | None = None,
+        verify_holds: bool = False,
     ) -> None:
         self.config = config
         self.state = state
         self.metrics = metrics
         self.binder = binder
         self.events = events
-        self.verbs = ExtenderVerbs(config, state, rng=rng)
+        self.verbs = ExtenderVerbs(config, state, rng=rng, verify_holds=verify_holds)
+        self.body_timeout_seconds = BODY_TIMEOUT_SECONDS
+        self.draining = False  # SIGTERM: readiness fails first, begun requests are still answered
         self.waiting = WaitingPods()  # enforced pods no node could take, for the Pending alert
         # Series at 0 for the namespaces configured in shadow: increase() in the alert then
         # counts their first would-be rejection too (a series first seen at 1 counts as no increase).
@@ -89,13 +144,21 @@ class Extender:
                 metrics.child(metrics.shadow_rejected_pods, namespace)
 
     async def filter(self, request: web.Request) -> web.Response:
-        args = parse_extender_args(await request.read())
-        if not self.state.ready:
-            log.warning("filter before the cluster state is synced: answering with an error")
-            return web.Response(body=render_filter_error(NOT_SYNCED), content_type=JSON)
+        args = parse_extender_args(await read_body(request, self.body_timeout_seconds))
+        unready = self.state.unready_reason()
+        if unready is not None:
+            # The scheduling attempt fails and the pod is retried: better than a placement
+            # from a picture that misses every pod bound since the watch stopped.
+            log.warning("filter while not ready (%s): answering with an error", unready)
+            return web.Response(body=render_filter_error(unready_message(unready)), content_type=JSON)
         pod = args.pod
         demand = self.state.demand_of(pod)
-        decision, held = self.verbs.filter(pod.metadata.uid, pod.metadata.namespace, demand, args.node_names)
+        refused = self.verbs.refused_holds
+        decision, held = self.verbs.filter(
+            pod.metadata.uid, pod.metadata.namespace, demand, args.node_names, name=pod.metadata.name
+        )
+        if self.verbs.refused_holds != refused:
+            self.metrics.holds_refused.inc(self.verbs.refused_holds - refused)
         if held:
             self.metrics.child(self.metrics.reservations, "filter").inc()
         policy = self.config.policy_for(pod.metadata.namespace)
@@ -108,8 +171,8 @@ class Extender:
         return web.Response(body=render_filter(args, decision), content_type=JSON)
 
     async def prioritize(self, request: web.Request) -> web.Response:
-        args = parse_extender_args(await request.read())
-        if not self.state.ready:
+        args = parse_extender_args(await read_body(request, self.body_timeout_seconds))
+        if self.state.unready_reason() is not None:
             # Prioritize errors are ignored by the scheduler; neutral scores say the same.
             return web.Response(body=render_priorities(HostScores.neutral(args.node_names)), content_type=JSON)
         pod = args.pod
@@ -118,10 +181,16 @@ class Extender:
         return web.Response(body=render_priorities(scores), content_type=JSON)
 
     async def bind(self, request: web.Request) -> web.Response:
-        args = parse_binding_args(await request.read())
+        args = parse_binding_args(await read_body(request, self.body_timeout_seconds))
         if self.binder is None:
             message = "bind verb is not enabled (serve --enable-bind)"
             return web.Response(status=404, body=render_error(message), content_type=JSON)
+        where = f"{quote(args.pod_namespace)}/{quote(args.pod_name)} to {quote(args.node)}"
+        refusal = self.verbs.bind_refusal(args.pod_uid, args.pod_namespace, args.pod_name, args.node)
+        if refusal is not None:
+            self.metrics.child(self.metrics.binds, "refused").inc()
+            log.warning("bind %s refused: %s", where, refusal)
+            return web.Response(body=render_binding(refusal), content_type=JSON)
         # Narrowed before the API call: the scheduler filters the next pod while
         # this bind is still under way.
         held = self.verbs.bind_started(args.pod_uid, args.node)
@@ -131,7 +200,7 @@ class Extender:
             if held:
                 self.verbs.bind_failed(args.pod_uid)
             self.metrics.child(self.metrics.binds, "error").inc()
-            log.warning("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, error)
+            log.warning("bind %s failed: %s", where, error)
             return web.Response(body=render_binding(str(error)), content_type=JSON)
         if held:
             self.metrics.child(self.metrics.reservations, "bind").inc()
@@ -179,8 +248,11 @@ class Extender:
         return web.Response(text="ok")
 
     async def readyz(self, request: web.Request) -> web.Response:
-        if not self.state.ready:
-            raise web.HTTPServiceUnavailable(text="cluster state not synced")
+        if self.draining:
+            raise web.HTTPServiceUnavailable(text="shutting down")
+        unready = self.state.unready_reason()
+        if unready is not None:
+            raise web.HTTPServiceUnavailable(text=unready)
         return web.Response(text="ok")
 
     async def metrics_page(self, request: web.Request) -> web.Response:
@@ -207,19 +279,51 @@ class Extender:
             return
         log.info(
             "no node fits pod %s/%s: outcome=%s candidates=%d examined=%d insufficient=%d exceeds_pool=%d",
-            pod.metadata.namespace,
-            pod.metadata.name,
+            quote(pod.metadata.namespace),
+            quote(pod.metadata.name),
             outcome.value,
             candidates,
             decision.examined,
             decision.insufficient,
             decision.exceeds_pool,
         )
-        if self.events is not None:
+        if (
+            self.events is not None
+            and self.state.owner_of(pod.metadata.uid) == f"{pod.metadata.namespace}/{pod.metadata.name}"
+        ):
+            # Only on pods the watch shows: a made-up pod must not make the extender post
+            # Events into any namespace under its own identity.
             self.events.no_fit(pod, decision, demand.hugepage_bytes)
 
 
-def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int) -> Handler:
+class Begun:
+    """Verb requests begun and not yet answered (their bodies may still be arriving).
+
+    aiohttp's own shutdown stops reading from every connection at once, which drops a
+    request whose body is still arriving: the server waits for these itself first."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._none = asyncio.Event()
+        self._none.set()
+
+    def enter(self) -> None:
+        self.count += 1
+        self._none.clear()
+
+    def leave(self) -> None:
+        self.count -= 1
+        if not self.count:
+            self._none.set()
+
+    async def none_left(self) -> None:
+        await self._none.wait()
+
+
+BEGUN = web.AppKey("begun", Begun)
+
+
+def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int, begun: Begun) -> Handler:
     """One verb's handler, with its metrics and the mapping of errors to clear answers.
 
     A wrapper per route rather than an aiohttp middleware: the scheduler waits on
@@ -229,12 +333,17 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int) -> Hand
     async def answer(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         status = 500  # also what a cancelled request counts as
+        begun.enter()
         try:
             try:
                 response = await handler(request)
             except (WireError, QuantityError) as error:
                 log.warning("bad %s request from %s: %s", verb, request.remote, error)
                 response = web.Response(status=400, body=render_error(str(error)), content_type=JSON)
+            except ClientGone:
+                log.info("%s request from %s: the client left before its body arrived", verb, request.remote)
+                status = CLIENT_GONE
+                return web.Response(status=400, body=render_error("incomplete body"), content_type=JSON)
             except web.HTTPRequestEntityTooLarge:
                 log.warning("bad %s request from %s: body over %d bytes", verb, request.remote, max_bytes)
                 message = f"request body over maxRequestBytes ({max_bytes} bytes)"
@@ -245,11 +354,16 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int) -> Hand
                 log.exception("%s request failed", verb)
                 response = web.Response(status=500, body=render_error("internal error"), content_type=JSON)
             status = response.status
+            if not request.content.at_eof():
+                # The body was refused unread (too large, wrongly encoded): say the connection
+                # closes, so the client does not send its next request on it.
+                response.force_close()
             return response
         except web.HTTPException as error:
             status = error.status
             raise
         finally:
+            begun.leave()
             metrics.child(metrics.requests, verb, str(status)).inc()
             metrics.child(metrics.latency, verb).observe(time.perf_counter() - started)
 
@@ -269,24 +383,96 @@ def create_probe_app(extender: Extender) -> web.Application:
     return app
 
 
+class _BadHttpIsOneLine(logging.Filter):
+    """aiohttp logs a request it cannot parse (a bad request line, an oversized header)
+    as an ERROR with a traceback, after answering it 400: a client's mistake, so one
+    WARNING line naming it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg, record.args = "bad HTTP request: %s", (" ".join(str(error.message).split())[:200],)
+        return True
+
+
+logging.getLogger("aiohttp.server").addFilter(_BadHttpIsOneLine())
+
+
+def app_runner(
+    app: web.Application, *, shutdown_timeout: float = 10.0, keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS
+) -> web.AppRunner:
+    return web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=shutdown_timeout,
+        keepalive_timeout=keepalive_timeout,
+        # No lingering read of a refused body (413, bad encoding): the connection closes.
+        lingering_time=0,
+        auto_decompress=False,  # read_body decompresses, bounded
+    )
+
+
 async def serve_until_stopped(
-    apps: list[tuple[web.Application, str, int, ssl.SSLContext | None]], *, shutdown_timeout: float
+    apps: list[tuple[web.Application, str, int, ssl.SSLContext | None]],
+    *,
+    shutdown_timeout: float,
+    drain_seconds: float = 0.0,
+    on_start: Callable[[], None] | None = None,
+    on_stop: Callable[[], None] | None = None,
+    keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS,
+    background: tuple[Callable[[], Coroutine[Any, Any, None]], ...] = (),
 ) -> None:
-    """Serve every (app, host, port, tls) until SIGTERM or SIGINT, then drain gracefully."""
+    """Serve every (app, host, port, tls) until SIGTERM or SIGINT, then drain gracefully.
+
+    On the signal ``on_stop`` runs first (readiness fails), new requests are still
+    served for ``drain_seconds`` while the endpoints drop this pod, then the ports
+    close and requests already begun (their bodies still arriving, too) are answered
+    for up to ``shutdown_timeout``. ``background`` tasks (certificate reloads) run
+    meanwhile and are cancelled at the end.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     runners = []
+    sites = []
+    tasks = [asyncio.create_task(job()) for job in background]
     try:
         for app, host, port, tls in apps:
-            runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+            runner = app_runner(app, shutdown_timeout=shutdown_timeout, keepalive_timeout=keepalive_timeout)
             await runner.setup()
             runners.append(runner)
-            await web.TCPSite(runner, host, port, ssl_context=tls).start()
+            site = web.TCPSite(runner, host, port, ssl_context=tls)
+            await site.start()
+            sites.append(site)
+        if on_start is not None:
+            on_start()
         await stop.wait()
-        log.info("stopping: draining requests for up to %.0f s", shutdown_timeout)
+        if on_stop is not None:
+            on_stop()
+        log.info(
+            "stopping: not ready; serving %.0f s more, then answering begun requests for up to %.0f s",
+            drain_seconds,
+            shutdown_timeout,
+        )
+        if drain_seconds > 0:
+            await asyncio.sleep(drain_seconds)
+        for site in sites:
+            await site.stop()  # no new connections
+        begun = [app[BEGUN] for app, *_ in apps if BEGUN in app]
+        try:
+            async with asyncio.timeout(shutdown_timeout):
+                for requests in begun:
+                    await requests.none_left()
+        except TimeoutError:
+            log.warning(
+                "stopping: %d requests still unanswered after %.0f s", sum(b.count for b in begun), shutdown_timeout
+            )
     finally:
+        for task in tasks:
+            task.cancel()
         for runner in reversed(runners):
             await runner.cleanup()
 
@@ -295,12 +481,13 @@ def create_app(extender: Extender) -> web.Application:
     max_bytes = extender.config.max_request_bytes
     app = web.Application(client_max_size=max_bytes)
     app[EXTENDER] = extender
+    app[BEGUN] = begun = Begun()
     extender.metrics.watch_state(extender.state)
     # A lambda, not the bound method: a relist replaces the accounts dict.
     extender.metrics.watch_pools(extender.config.resource_name, lambda: extender.state.accounts.values())  # noqa: PLW0108
     extender.metrics.watch_waiting(lambda: extender.waiting.summary(time.monotonic()))
     for verb, handler in (("filter", extender.filter), ("prioritize", extender.prioritize), ("bind", extender.bind)):
-        app.router.add_post(f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes))
+        app.router.add_post(f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes, begun))
     app.router.add_get("/debug/state", extender.debug_state)  # read-only; the verbs' TLS and client certificates
     app.router.add_get("/healthz", extender.healthz)
     app.router.add_get("/readyz", extender.readyz)

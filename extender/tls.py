@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import ssl
 from pathlib import Path
 
 from extender.errors import ExtenderError
+
+log = logging.getLogger("extender.tls")
 
 
 class TLSConfigError(ExtenderError, ValueError):
@@ -22,10 +26,75 @@ def server_ssl_context(
         return None
     if cert_file is None or key_file is None:
         raise TLSConfigError("--tls-cert-file and --tls-key-file go together")
+    for flag, path in (
+        ("--tls-cert-file", cert_file),
+        ("--tls-key-file", key_file),
+        ("--client-ca-file", client_ca_file),
+    ):
+        if path is not None and not path.is_file():
+            raise TLSConfigError(f"{flag} {path}: no such file")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as error:
+        raise TLSConfigError(f"--tls-cert-file and --tls-key-file: not a certificate and its key ({error})") from None
     if client_ca_file is not None:
         context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(cafile=client_ca_file)
+        try:
+            context.load_verify_locations(cafile=client_ca_file)
+        except ssl.SSLError as error:
+            raise TLSConfigError(f"--client-ca-file {client_ca_file}: not a CA certificate ({error})") from None
     return context
+
+
+def _signature(paths: tuple[Path, ...]) -> tuple[tuple[int, int, int], ...] | None:
+    try:
+        return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in (path.stat() for path in paths))
+    except OSError:
+        return None
+
+
+class CertificateReloader:
+    """Loads renewed certificate files into the live context, without a restart.
+
+    cert-manager (or a Secret volume) replaces the files; the next check sees them
+    changed, loads them into a fresh context first (a half-written or mismatched
+    pair is refused and the old one kept), then into the live one: connections
+    made from then on get the new certificate, open ones keep theirs, and no
+    request fails. A renewed client CA is added to the trusted ones.
+    """
+
+    def __init__(self, context: ssl.SSLContext, cert_file: Path, key_file: Path, client_ca_file: Path | None) -> None:
+        self._context = context
+        self._cert, self._key, self._ca = cert_file, key_file, client_ca_file
+        self._paths = tuple(p for p in (cert_file, key_file, client_ca_file) if p is not None)
+        self._seen = _signature(self._paths)
+        self.reloads = 0
+
+    def check(self) -> bool:
+        """Reload when the files changed; True when the live context now serves them."""
+        seen = _signature(self._paths)
+        if seen is None or seen == self._seen:
+            return False
+        try:
+            server_ssl_context(self._cert, self._key, self._ca)  # proves the files whole and matching
+        except (OSError, ssl.SSLError, ValueError) as error:
+            log.warning("renewed TLS files not loaded yet (%s); still serving the previous certificate", error)
+            return False
+        try:
+            self._context.load_cert_chain(self._cert, self._key)
+            if self._ca is not None:
+                self._context.load_verify_locations(cafile=self._ca)
+        except (OSError, ssl.SSLError, ValueError) as error:  # replaced again since the check above
+            log.warning("renewed TLS files changed while loading (%s); retrying at the next check", error)
+            return False
+        self._seen = seen
+        self.reloads += 1
+        log.info("TLS certificate reloaded from %s", self._cert)
+        return True
+
+    async def watch(self, interval_seconds: float = 10.0) -> None:
+        while True:
+            await asyncio.sleep(interval_seconds)
+            self.check()

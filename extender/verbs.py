@@ -2,21 +2,56 @@
 
 The server wraps these with parsing, rendering and metrics; the replay calls
 them directly, so a simulated cluster sees exactly what a live one does.
+
+Who may hold pages, and bind (docs/reliability.md): a filter call names its pod
+by UID, namespace and name, and anyone who reaches the port can write those.
+So a hold belongs to the pod that placed it (``namespace/name``): a call naming
+the same UID with another pod neither replaces nor cancels it, and a UID the
+watch shows as another pod's holds nothing. With ``verify_holds`` (a live
+cluster), a pod the watch has not shown yet (the scheduler may be a few
+milliseconds ahead of this extender's watch) holds pages only against other
+such pods: a pod the watch shows decides as if those holds were not there, so
+made-up pods can never keep a real pod off a pool. Such a hold is dropped when
+the watch has not shown its pod within ``UNVERIFIED_HOLD_SECONDS`` (its UID then
+never holds again), and at most ``MAX_UNVERIFIED_HOLDS`` exist at once. Bind
+binds only a pod this extender filtered, to a node that filter admitted.
 """
 
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
+
+import msgspec
 
 from extender.cluster import ClusterState
 from extender.config import Config
-from extender.decision import FilterDecision, HostScores, Reasons, filter_nodes, prioritize_nodes, reads_columns
+from extender.decision import (
+    HOLD_LIMIT,
+    FilterDecision,
+    HostScores,
+    Reasons,
+    filter_nodes,
+    prioritize_nodes,
+    reads_columns,
+)
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 
-RECENT_DEMANDS = 10_000  # pods between filter and bind; far more than a scheduler has in flight
+RECENT_PODS = 10_000  # pods between filter and bind; far more than a scheduler has in flight
+UNVERIFIED_HOLD_SECONDS = 5.0  # how long a hold may wait for the watch to show its pod
+REFUSED_UIDS = 10_000  # UIDs whose pod never showed up: they hold nothing again
+MAX_UNVERIFIED_HOLDS = 64  # holds of pods the watch has not shown yet; a real scheduler is rarely ahead by one
+
+
+class _Filtered(msgspec.Struct, frozen=True, gc=False):
+    """What filter learnt of a pod, for bind (whose arguments carry no pod spec)."""
+
+    owner: str  # namespace/name
+    demand: PodDemand
+    policy: Policy
+    admitted: tuple[str, ...] | None  # None: more than HOLD_LIMIT, any node this extender knows
 
 
 class ExtenderVerbs:
@@ -27,28 +62,47 @@ class ExtenderVerbs:
         *,
         rng: random.Random | None = None,
         hold_in_flight: bool = True,
+        verify_holds: bool = False,
     ) -> None:
         self.config = config
         self.state = state
         self.reasons = Reasons.for_resource(config.resource_name)
         self.hold_in_flight = hold_in_flight  # False only to measure what the holds are worth
+        self.verify_holds = verify_holds  # a live cluster: holds need their pod shown by the watch
         self.rng = rng or random.Random()  # best-of-K draws; seedable for tests and the replay
-        # What filter learnt of each pod, for bind (whose arguments carry no pod spec).
-        self._recent: OrderedDict[str, tuple[PodDemand, Policy]] = OrderedDict()
+        self._recent: OrderedDict[str, _Filtered] = OrderedDict()
+        self._unverified: deque[tuple[float, str]] = deque()  # (deadline, uid), soonest first
+        self._unverified_uids: dict[str, None] = {}
+        self._refused: OrderedDict[str, None] = OrderedDict()
+        self.refused_holds = 0  # for metrics and tests: holds refused or dropped as not the pod's own
 
     def filter(
-        self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str]
+        self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str], *, name: str = ""
     ) -> tuple[FilterDecision, bool]:
         """Decide, then hold an enforced pod's need on the few nodes admitted until it is seen bound.
 
         Returns the decision and whether a hold was placed."""
         policy = self.config.policy_for(namespace)
+        owner = f"{namespace}/{name}"
         self.state.expire_reservations()
         self.state.expire_reports()
-        # A new attempt for this pod: its previous attempt's hold is over, and must not
-        # count against the pod itself.
-        self.state.release(uid)
-        accounts, headroom, differs = self.state.view_for(policy)
+        self._drop_unverified()
+        own = self._owns(uid, owner)
+        if own:
+            # A new attempt for this pod: its previous attempt's hold is over, and must not
+            # count against the pod itself.
+            self.state.release(uid)
+        # The namespace's view: its own nodeReportMaxAgeSeconds may judge records differently.
+        accounts, view_headroom, differs = self.state.view_for(policy)
+        headroom: Mapping[str, int] | None = view_headroom
+        if self._unverified_uids and self.state.owner_of(uid) == owner:
+            # A pod the watch shows: holds of pods it has not shown (yet) are not in its way.
+            unshown = [
+                u for u in self._unverified_uids if self.state.owner_of(u) is None and not self.state.is_bound(u)
+            ]
+            without = self.state.accounts_without_holds(unshown, accounts)
+            if without is not accounts:
+                accounts, headroom, differs = without, None, True
         decision = filter_nodes(
             demand,
             candidates,
@@ -58,17 +112,30 @@ class ExtenderVerbs:
             rng=self.rng,
             headroom=headroom,
             # Read only when used: reading brings the columns up to date. They hold the defaults' view.
-            columns=self.state.columns
-            if policy.examines_every_candidate and reads_columns(candidates) and not differs
-            else None,
+            columns=(
+                self.state.columns
+                if not differs and policy.examines_every_candidate and reads_columns(candidates)
+                else None
+            ),
         )
+        if not own or not uid:
+            self.refused_holds += bool(uid)
+            return decision, False
+        # Every mode: a pod placed in an off namespace still takes pages that
+        # enforcing namespaces must see in flight once bind names its node.
+        passed = decision.passed
+        admitted = tuple(passed) if len(passed) <= HOLD_LIMIT else None
+        self._remember(uid, _Filtered(owner, demand, policy, admitted))
         held = False
-        if demand.wants_hugepages:
-            # Every mode: a pod placed in an off namespace still takes pages that
-            # enforcing namespaces must see in flight once bind names its node.
-            self._remember(uid, demand, policy)
-            if self.hold_in_flight and policy.mode is Mode.ENFORCE:
-                held = self.state.reserve(uid, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
+        if demand.wants_hugepages and self.hold_in_flight and policy.mode is Mode.ENFORCE and self._may_hold(uid):
+            not_shown = self.verify_holds and self.state.owner_of(uid) is None and not self.state.is_bound(uid)
+            if not_shown and uid not in self._unverified_uids:
+                if len(self._unverified_uids) >= MAX_UNVERIFIED_HOLDS:
+                    self.refused_holds += 1
+                    return decision, False
+                self._unverified_uids[uid] = None
+                self._unverified.append((self.state.now() + UNVERIFIED_HOLD_SECONDS, uid))
+            held = self.state.reserve(uid, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
         return decision, held
 
     def prioritize(self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str]) -> HostScores:
@@ -80,19 +147,68 @@ class ExtenderVerbs:
         columns = self.state.columns if accounts is self.state.accounts and reads_columns(candidates) else None
         return prioritize_nodes(demand, candidates, accounts=accounts, policy=policy, columns=columns)
 
+    def bind_refusal(self, uid: str, namespace: str, name: str, node: str) -> str | None:
+        """Why this extender will not bind the pod to the node; None when it will.
+
+        Only a pod this extender filtered (the same UID, namespace and name), to a
+        node that filter admitted. The messages name nothing from the request."""
+        filtered = self._recent.get(uid)
+        if filtered is None:
+            return "not bound: this extender has not filtered a pod with this UID"
+        if filtered.owner != f"{namespace}/{name}":
+            return "not bound: the pod's namespace and name differ from the pod filtered under this UID"
+        admitted = filtered.admitted
+        if (node not in admitted) if admitted is not None else (node not in self.state.accounts):
+            return "not bound: the node is not one this extender's filter admitted for the pod"
+        return None
+
     def bind_started(self, uid: str, node: str) -> bool:
         """The bind verb names the node: the pod's hold narrows to it. False when filter never saw the pod."""
-        recent = self._recent.get(uid)
-        if recent is None or not self.hold_in_flight:
+        filtered = self._recent.get(uid)
+        if filtered is None or not self.hold_in_flight or not filtered.demand.wants_hugepages:
             return False
-        demand, policy = recent
-        return self.state.reserve(uid, node, demand, policy.reservation_timeout_seconds)
+        if not self._may_hold(uid):
+            return False
+        return self.state.reserve(uid, node, filtered.demand, filtered.policy.reservation_timeout_seconds)
 
     def bind_failed(self, uid: str) -> None:
         self.state.release(uid)
 
-    def _remember(self, uid: str, demand: PodDemand, policy: Policy) -> None:
-        self._recent[uid] = (demand, policy)
-        self._recent.move_to_end(uid)
-        if len(self._recent) > RECENT_DEMANDS:
+    # -- who may hold --------------------------------------------------------------
+
+    def _owns(self, uid: str, owner: str) -> bool:
+        """False when ``uid`` is another pod's: the watch shows it as another, or an
+        earlier filter remembered it as another."""
+        shown = self.state.owner_of(uid)
+        if shown is not None and shown != owner:
+            return False
+        filtered = self._recent.get(uid)
+        return filtered is None or owner in (filtered.owner, shown)
+
+    def _may_hold(self, uid: str) -> bool:
+        return not (self.verify_holds and uid in self._refused and self.state.owner_of(uid) is None)
+
+    def _drop_unverified(self) -> None:
+        """Holds whose pod the watch has not shown in time are dropped; O(1) per hold."""
+        now = self.state.now()
+        pending = self._unverified
+        while pending and pending[0][0] <= now:
+            _, uid = pending.popleft()
+            self._unverified_uids.pop(uid, None)
+            if self.state.owner_of(uid) is not None or self.state.is_bound(uid):
+                continue
+            self.state.release(uid)
+            self.refused_holds += 1
+            self._refused[uid] = None
+            if len(self._refused) > REFUSED_UIDS:
+                self._refused.popitem(last=False)
+
+    def _remember(self, uid: str, filtered: _Filtered) -> None:
+        """At most RECENT_PODS pods, each with at most HOLD_LIMIT names: bounded memory.
+
+        An answer admitting more (every candidate, K = 0) is remembered as "a node this
+        extender knows": a caller that can call filter could have named that node alone."""
+        self._recent.pop(uid, None)
+        self._recent[uid] = filtered
+        if len(self._recent) > RECENT_PODS:
             self._recent.popitem(last=False)

@@ -19,9 +19,10 @@ and the same error messages.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -84,17 +85,23 @@ class _NodeNameList(msgspec.Struct):
 
 
 _NULL = msgspec.Raw(b"null")
+_Args = TypeVar("_Args")
 
 
 class _CanonicalArgs(msgspec.Struct, forbid_unknown_fields=True):
     """ExtenderArgs with the keys kube-scheduler sends; any other key leaves the fast path."""
 
-    Pod: Pod
+    Pod: msgspec.Raw  # its size is checked before it is decoded
     Nodes: _NodeNameList | None = None
     NodeNames: msgspec.Raw = _NULL  # decoded through _LastCandidates
 
 
 SMALL_CANDIDATE_LIST = 4096  # bytes of NodeNames below which a list is decoded, never kept
+# Bounds on what one request may make the extender build, checked before decoding it:
+# no stored Pod exceeds etcd's 1.5 MiB request limit (its JSON is a few times that of
+# protobuf at most), and no cluster has 100,000 nodes (kube-scheduler is tested to 5,000).
+MAX_POD_BYTES = 4 * 1024 * 1024
+MAX_CANDIDATES = 100_000
 
 
 class _LastCandidates:
@@ -115,6 +122,7 @@ class _LastCandidates:
 
     def names(self, raw: msgspec.Raw) -> Sequence[str] | None:
         """The names in ``raw`` (None for a JSON null); DecodeError if it is not a list of strings."""
+        _check_names(raw)
         if len(raw) < SMALL_CANDIDATE_LIST:
             # Short lists (prioritize after a best-of-K filter) decode in no time and would
             # only evict the long one the next filter brings again.
@@ -144,7 +152,9 @@ class _LastCandidates:
         at = body.rfind(self._KEY)
         if at < 0 or len(body) - at < SMALL_CANDIDATE_LIST or not body.endswith(b"]}"):
             return None
-        in_place = self._read(body[at + len(self._KEY) : -1])
+        names = body[at + len(self._KEY) : -1]
+        _check_names(names)
+        in_place = self._read(names)
         if in_place is None:
             return None
         return body[:at] + self._KEY + b"null}", in_place
@@ -176,6 +186,7 @@ _AFTER_LAST_NAME = [f'","Score":{score}}}]' for score in range(MAX_PRIORITY + 1)
 _top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _pod = msgspec.json.Decoder(Pod)
 _node_list = msgspec.json.Decoder(_NodeList | None)
+_node_name_list = msgspec.json.Decoder(_NodeNameList | None)
 _node_names = msgspec.json.Decoder(list[str] | None)
 _node_name = msgspec.json.Decoder(NodeName)
 _string = msgspec.json.Decoder(str)
@@ -205,6 +216,33 @@ def _decode(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw, field: str) ->
         raise WireError(f"invalid {field}: {message}") from None
 
 
+MAX_MESSAGE_CHARS = 300  # an error message from the decoder, as answered and logged
+
+
+def _bounded(parse: Callable[[bytes], _Args]) -> Callable[[bytes], _Args]:
+    """Every failure of a body's content is a WireError with a short message.
+
+    msgspec bounds nesting by the interpreter's recursion limit (about 1,000 levels;
+    Kubernetes objects nest a few dozen) and raises RecursionError beyond it: a
+    client's mistake, answered 400 like any other malformed body.
+    """
+
+    @functools.wraps(parse)
+    def bounded(body: bytes) -> _Args:
+        try:
+            return parse(body)
+        except RecursionError:
+            raise WireError("JSON nested too deeply") from None
+        except WireError as error:
+            message = str(error)
+            if len(message) <= MAX_MESSAGE_CHARS:
+                raise
+            raise WireError(message[:MAX_MESSAGE_CHARS] + "...") from None
+
+    return bounded
+
+
+@_bounded
 def parse_extender_args(body: bytes) -> ExtenderArgs:
     return _parse_canonical(body) or _parse_general(body)
 
@@ -216,16 +254,68 @@ def _parse_canonical(body: bytes) -> ExtenderArgs | None:
         args = _canonical.decode(body if repeat is None else repeat[0])
     except msgspec.DecodeError:
         return None
+    pod = _pod_of(args.Pod)
+    if pod is None:
+        return None
     if args.Nodes is not None and args.Nodes.items is not None:
         item_names = [node.metadata.name for node in args.Nodes.items]
         if not all(item_names):
             return None  # the general path names the item without a name
+        _check_count(len(item_names))
         names = list(dict.fromkeys(item_names))
         return ExtenderArgs(
-            args.Pod, item_names if len(names) == len(item_names) else names, _body=body, _item_names=item_names
+            pod, item_names if len(names) == len(item_names) else names, _body=body, _item_names=item_names
         )
     candidates = repeat[1] if repeat is not None else _candidates(args.NodeNames)
-    return None if candidates is None else ExtenderArgs(args.Pod, candidates)
+    return None if candidates is None else ExtenderArgs(pod, candidates)
+
+
+def _pod_of(raw: msgspec.Raw) -> Pod | None:
+    _check_pod_size(raw)
+    try:
+        pod: Pod = _pod.decode(raw)
+    except msgspec.DecodeError:
+        return None  # the general path says what is wrong
+    return _checked_identity(pod)
+
+
+# What Kubernetes allows (a DNS label, a DNS subdomain, a UUID): anything longer names no pod
+# or node, and would only make what the extender remembers per pod (its UID, its namespace
+# and name, for holds and bind) as large as the request.
+MAX_NAMESPACE, MAX_NAME, MAX_UID = 63, 253, 128
+
+
+def _checked_identity(pod: Pod) -> Pod:
+    meta = pod.metadata
+    _check_identity(meta.namespace, meta.name, meta.uid, "Pod")
+    return pod
+
+
+def _check_identity(namespace: str, name: str, uid: str, what: str, node: str = "") -> None:
+    for field, value, limit in (
+        ("namespace", namespace, MAX_NAMESPACE),
+        ("name", name, MAX_NAME),
+        ("uid", uid, MAX_UID),
+        ("node", node, MAX_NAME),
+    ):
+        if len(value) > limit:
+            raise WireError(f"{what} {field} longer than {limit} characters")
+
+
+def _check_pod_size(raw: msgspec.Raw) -> None:
+    if len(raw) > MAX_POD_BYTES:
+        raise WireError(f"Pod is over {MAX_POD_BYTES} bytes: larger than any stored pod")
+
+
+def _check_count(count: int) -> None:
+    if count > MAX_CANDIDATES:
+        raise WireError(f"more than {MAX_CANDIDATES} candidate nodes")
+
+
+def _check_names(raw: bytes | msgspec.Raw) -> None:
+    """Before a NodeNames list is decoded: node names hold no comma, so commas count them."""
+    if len(raw) > 2 * MAX_CANDIDATES and bytes(raw).count(b",") >= MAX_CANDIDATES:
+        raise WireError(f"more than {MAX_CANDIDATES} candidate nodes")
 
 
 def _candidates(raw: msgspec.Raw) -> Sequence[str] | None:
@@ -240,9 +330,15 @@ def _parse_general(body: bytes) -> ExtenderArgs:
     fields = _fields(body, "ExtenderArgs")
     if "pod" not in fields:
         raise WireError("ExtenderArgs has no Pod")
-    pod: Pod = _decode(_pod, fields["pod"], "Pod")
+    _check_pod_size(fields["pod"])
+    pod: Pod = _checked_identity(_decode(_pod, fields["pod"], "Pod"))
     node_list: _NodeList | None = None
     if "nodes" in fields:
+        # Names first: a bad item fails at once, and the count is known before a
+        # raw slice of every item is made.
+        named: _NodeNameList | None = _decode(_node_name_list, fields["nodes"], "Nodes")
+        if named is not None and named.items is not None:
+            _check_count(len(named.items))
         node_list = _decode(_node_list, fields["nodes"], "Nodes")
     if node_list is not None and node_list.items is not None:
         raw_nodes: dict[str, msgspec.Raw] = {}
@@ -252,12 +348,15 @@ def _parse_general(body: bytes) -> ExtenderArgs:
                 raise WireError(f"invalid Nodes.items[{index}]: node without metadata.name")
             raw_nodes[node.metadata.name] = raw
         return ExtenderArgs(pod, list(raw_nodes), _raw_nodes=raw_nodes)
+    if "nodenames" in fields:
+        _check_names(fields["nodenames"])
     names = _decode(_node_names, fields["nodenames"], "NodeNames") if "nodenames" in fields else None
     if names is None:
         raise WireError("ExtenderArgs has neither Nodes nor NodeNames")
     return ExtenderArgs(pod, names)
 
 
+@_bounded
 def parse_binding_args(body: bytes) -> BindingArgs:
     fields = _fields(body, "ExtenderBindingArgs")
     values: dict[str, str] = {}
@@ -265,8 +364,10 @@ def parse_binding_args(body: bytes) -> BindingArgs:
         if key not in fields:
             raise WireError(f"ExtenderBindingArgs has no {key}")
         values[key] = _decode(_string, fields[key], key)
-    if not values["podname"] or not values["node"]:
-        raise WireError("ExtenderBindingArgs needs a PodName and a Node")
+    if not values["podname"] or not values["node"] or not values["poduid"]:
+        # An empty PodUID would bind without the UID precondition: never.
+        raise WireError("ExtenderBindingArgs needs a PodName, a PodUID and a Node")
+    _check_identity(values["podnamespace"], values["podname"], values["poduid"], "ExtenderBindingArgs", values["node"])
     return BindingArgs(values["podname"], values["podnamespace"], values["poduid"], values["node"])
 
 

@@ -117,3 +117,70 @@ def test_serve_example_serves_the_bundled_example(tmp_path: Path) -> None:
         assert process.wait(timeout=15) == 0  # a graceful stop on SIGTERM
         log.close()
     assert "loaded the bundled example snapshot: 8 nodes" in Path(tmp_path / "serve.log").read_text()
+
+
+def _serve_fails(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run ``hugepage-extender *args`` as a process; its exit code and stderr."""
+    run = subprocess.run(
+        [sys.executable, "-m", "extender", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    return run.returncode, run.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (["--log-level", "loud", "serve", "--example"], {}, "--log-level: 'loud' is not one of"),
+        (["serve", "--example"], {"LOG_LEVEL": "chatty"}, "--log-level: 'chatty' is not one of"),
+        (["serve", "--example", "--port", "99999"], {}, "--port: '99999' is not a port"),
+        (["serve", "--example", "--port", "http"], {}, "--port: 'http' is not a whole number"),
+        (["serve", "--example", "--tls-cert-file", "/no/such.crt", "--tls-key-file", "/no/such.key"], {}, "/no/such.crt"),
+        (["serve", "--kubeconfig", "/no/such/kubeconfig"], {}, "cannot start"),
+        (["serve", "--kubeconfig", "not-yaml.kubeconfig"], {}, "cannot start"),
+        (["serve", "--in-cluster"], {"KUBERNETES_SERVICE_HOST": ""}, "cannot start"),
+        (["serve", "--example", "--config", "k0.yaml"], {}, "defaults.sampleSize: 0 with mode enforce"),
+        (["serve", "--example", "--shutdown-timeout", "nan"], {}, "--shutdown-timeout: 'nan' is not a number of seconds"),
+    ],
+)
+def test_startup_errors_are_one_line_and_exit_2(
+    tmp_path: Path, args: list[str], env: dict[str, str], named: str
+) -> None:
+    (tmp_path / "not-yaml.kubeconfig").write_text("{[: not yaml")
+    (tmp_path / "k0.yaml").write_text("defaults: {mode: enforce, sampleSize: 0}\n")
+    code, err = _serve_fails(args, tmp_path, env)
+    assert code == 2, err
+    assert one_error_line(err).count(named) == 1, err
+
+
+def one_error_line(stderr: str) -> str:
+    """The one line naming the problem: the last, and no traceback before it (log lines may be)."""
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert [line for line in lines if line.startswith("hugepage-extender")] == lines[-1:], stderr
+    return lines[-1]
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err = _serve_fails(["serve", "--example", "--port", str(port)], tmp_path)
+    assert code == 2, err
+    line = one_error_line(err)
+    assert "cannot start" in line
+    assert "address already in use" in line
+
+
+def test_sample_size_beyond_holds_is_accepted_with_bind(tmp_path: Path) -> None:
+    # With --enable-bind the same config passes this check (and then needs a cluster).
+    (tmp_path / "k0.yaml").write_text("defaults: {mode: enforce, sampleSize: 0}\n")
+    code, err = _serve_fails(["serve", "--example", "--config", "k0.yaml", "--enable-bind"], tmp_path)
+    assert code == 2
+    assert "--enable-bind needs a cluster" in err

@@ -179,15 +179,16 @@ def test_columns_read_after_any_change_hold_the_accounts_of_that_moment(state: C
 
 
 def test_quantities_beyond_int64_leave_every_view_usable(state: ClusterState) -> None:
-    # No node has 16 EiB of hugepages nor a pod 100 peta-cores, but an odd object must not
-    # make the columns unwritable for every later decision.
-    state.apply_node(make_node("huge", hugepages="16Ei"))
-    state.apply_pod(make_pod("greedy", cpu="100P", node="b", phase="Running"))
+    # Each quantity is at most 2^63-1 (quantity.py refuses more), but a pod of 9 exa-cores
+    # counts 9e21 millicores: an odd object must not make the columns unwritable.
+    state.apply_node(make_node("huge", hugepages="7Ei"))
+    state.apply_pod(make_pod("greedy", cpu="9E", node="b", phase="Running"))
     columns = state.columns
     slots = columns.slots(["huge", "b", "a"]).tolist()
-    assert columns.column("headroom")[slots[0]] == (1 << 63) - 1
+    assert columns.column("headroom")[slots[0]] == 7 << 60
     assert columns.column("cpu_busy_millis")[slots[1]] == (1 << 63) - 1
-    assert state.accounts["huge"].total_pages == (16 << 60) // PAGE_2MI  # the accounts keep exact values
+    assert state.accounts["huge"].total_pages == (7 << 60) // PAGE_2MI  # the accounts keep exact values
+    assert state.accounts["b"].cpu_requested_millis > 9 * 10**21  # the accounts keep exact values
 
 
 def test_a_hold_reports_how_long_it_lasted_when_its_pod_shows_up_bound(clock: Clock) -> None:
@@ -202,3 +203,11 @@ def test_a_hold_reports_how_long_it_lasted_when_its_pod_shows_up_bound(clock: Cl
     assert lasted == [0.75]
     state.apply_pod(make_pod("p", hugepages="1Gi", node="b", phase="Running"))  # no hold left to end
     assert lasted == [0.75]
+
+
+@pytest.mark.parametrize("annotation", ["NaN", "1e999999", "inf", "-1Gi", "lots", "9" * 5000])
+def test_a_bad_reserved_annotation_is_ignored_for_its_node_only(state: ClusterState, annotation: str) -> None:
+    # Written by hand or a node agent: one bad value must neither fail a list nor hide the pool.
+    state.replace_nodes([state.node_record(make_node("odd", hugepages="1Gi", reserved=annotation))])
+    assert state.accounts["odd"].total_pages == 512
+    assert state.accounts["odd"].reserved_pages == 0

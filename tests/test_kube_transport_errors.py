@@ -11,11 +11,11 @@ import socket
 import pytest
 from kubernetes import client
 
+from extender.binding import BindError
 from extender.kube.binder import ApiBinder
 from extender.kube.events import PodEvents
 from extender.metrics import Metrics
 from extender.objects import ObjectMeta, Pod
-from extender.server import BindError
 from extender.wire import BindingArgs
 
 
@@ -31,7 +31,7 @@ def _unreachable_api() -> client.ApiClient:
 def test_a_bind_the_api_server_never_gets_is_a_bind_error() -> None:
     binder = ApiBinder(_unreachable_api(), timeout_seconds=1.0)
     try:
-        with pytest.raises(BindError, match="binding ns/p:"):
+        with pytest.raises(BindError, match="binding 'ns'/'p':"):
             asyncio.run(binder.bind(BindingArgs("p", "ns", "uid-1", "node-a")))
     finally:
         binder.close()

@@ -205,7 +205,10 @@ async def test_not_ready_answers_an_error_never_every_node(aiohttp_client: Clien
         (b'{"Pod": {}, "NodeNames": [1]}', "invalid NodeNames"),
         (b'{"Pod": [], "NodeNames": []}', "invalid Pod"),
         (b'{"Pod": {"spec": {"containers": "x"}}, "NodeNames": []}', "at `Pod.spec.containers`"),
-        (b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}', "node without metadata.name"),
+        (
+            b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}',
+            "missing required field `name` - at `Nodes.items[0].metadata`",
+        ),
         (b'{"Pod": {}, "Nodes": {"items": 3}}', "invalid Nodes"),
         (
             b'{"Pod": {"spec": {"containers": [{"resources": {"requests": {"hugepages-2Mi": "lots"}}}]}}, '

@@ -20,8 +20,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
+from extender.binding import BindError
 from extender.objects import Pod
-from extender.server import BindError
+from extender.quantity import quote
 from extender.wire import BindingArgs
 
 log = logging.getLogger("extender.kube.binder")
@@ -60,9 +61,9 @@ class ApiBinder:
         except ApiException as error:
             if error.status == 409 and self._bound_to(args) == args.node:
                 return  # a repeated bind for the same pod and node is not an error
-            raise BindError(f"binding {args.pod_namespace}/{args.pod_name}: {error.status} {_message(error)}") from None
+            raise BindError(f"binding {_pod(args)}: {error.status} {quote(_message(error), 300)}") from None
         except (OSError, TransportError) as error:  # urllib3's timeouts and connection errors are not OSErrors
-            raise BindError(f"binding {args.pod_namespace}/{args.pod_name}: {error}") from None
+            raise BindError(f"binding {_pod(args)}: {quote(str(error), 300)}") from None
 
     def _bound_to(self, args: BindingArgs) -> str | None:
         try:
@@ -75,6 +76,11 @@ class ApiBinder:
         if args.pod_uid and pod.metadata.uid != args.pod_uid:
             return None
         return pod.spec.node_name
+
+
+def _pod(args: BindingArgs) -> str:
+    """The pod as the request named it, quoted: it reaches log lines and the scheduler."""
+    return f"{quote(args.pod_namespace)}/{quote(args.pod_name)}"
 
 
 def _message(error: ApiException) -> str:

@@ -15,6 +15,7 @@ import functools
 import gc
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,9 @@ ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 NodeRecord = tuple[str, NodeCapacity]
 REPORT_EXPIRY_SECONDS = 2.0
 
+# Three bookmark intervals (the API server sends one about every minute on an idle watch).
+DEFAULT_STALE_AFTER_SECONDS = 180.0
+
 
 class ClusterInformer:
     def __init__(
@@ -57,6 +61,8 @@ class ClusterInformer:
         read_timeout_seconds: float = 90.0,
         watch_timeout_seconds: int = 300,
         node_reports: bool = True,
+        stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
@@ -67,6 +73,9 @@ class ClusterInformer:
         self._threads: list[threading.Thread] = []
         self._timeouts = {"read_timeout_seconds": read_timeout_seconds, "watch_timeout_seconds": watch_timeout_seconds}
         self.reflectors: dict[str, Reflector[Any, Any]] = {}
+        self._stale_after = stale_after_seconds
+        self._clock = clock
+        state.staleness = self.stale_reason
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         def post(callback: Callable[[], None]) -> None:
@@ -115,6 +124,23 @@ class ClusterInformer:
 
         loop.call_later(seconds, tick)
 
+    def stale_reason(self) -> str | None:
+        """Why the cached picture cannot be trusted now, or None.
+
+        A healthy watch makes progress at least every bookmark interval (about a
+        minute) and whenever its server-side timeout ends it; no progress for
+        ``stale_after_seconds`` means the API server is gone or refuses us, and pods
+        bound meanwhile are invisible: deciding from that picture over-commits."""
+        now = self._clock()
+        # Nodes and pods only: decisions need them; without fresh node reports the
+        # extender already counts those nodes from pod requests.
+        for name in ("nodes", "pods"):
+            reflector = self.reflectors.get(name)
+            last = reflector.last_progress if reflector is not None else None
+            if last is not None and now - last > self._stale_after:
+                return f"watch of {name} made no progress for {now - last:.0f} s (API server unreachable?)"
+        return None
+
     def stop(self) -> None:
         """Ask the watch threads to end; they are daemons, so exit never waits on a socket."""
         self._stop.set()
@@ -134,7 +160,7 @@ class ClusterInformer:
         except QuantityError as error:
             meta = pod.metadata
             log.warning("pod %s/%s: %s; counting it as holding nothing", meta.namespace, meta.name, error)
-            return PodRecord(meta.uid, None, pod.is_terminal)
+            return PodRecord(meta.uid, None, pod.is_terminal, f"{meta.namespace}/{meta.name}")
 
     def _report_record(self, obj: ReportObject) -> ReportRecord:
         return report_record(obj.metadata.name, obj.report_bytes, self._state.resource_name, self._state.page_size)

@@ -117,7 +117,11 @@ class Reflector(Generic[Obj, Rec]):
         self._list_type = msgspec.json.Decoder(_page_type(resource.object_type))
         self._object = msgspec.json.Decoder(resource.object_type)
         self._rng = random.Random()
-        self.relists = 0  # for tests and logs: how often a full list was needed
+        # Read by other threads (readiness, metrics); plain assignments, so no lock.
+        self.relists = 0  # how often a full list was needed
+        self.failures = 0  # lists and watches that failed (each retried with backoff)
+        # Monotonic time the API server last answered: a list, an event, a bookmark, a watch's end.
+        self.last_progress: float | None = None
 
     def run(self) -> None:
         """The endless loop, kept tiny: list, watch until it ends, repeat."""
@@ -133,6 +137,7 @@ class Reflector(Generic[Obj, Rec]):
                 log.info("%s: resourceVersion %s expired (410 Gone): listing again", self._resource.name, version)
                 version = None
             except Exception as error:
+                self.failures += 1
                 delay = backoff.next_delay()
                 log.warning("%s: watch failed (%s); retrying in %.1f s", self._resource.name, _describe(error), delay)
                 self._stop.wait(delay)
@@ -161,6 +166,7 @@ class Reflector(Generic[Obj, Rec]):
                 break
         version: str = page.metadata.resource_version
         self.relists += 1
+        self.last_progress = time.monotonic()
         log.info(
             "%s: listed %d at resourceVersion %s in %.2f s",
             self._resource.name,
@@ -192,12 +198,15 @@ class Reflector(Generic[Obj, Rec]):
                 raise Gone from None
             raise
         try:
+            self.last_progress = time.monotonic()  # the watch is open
             for line in _lines(response):
                 if self._stop.is_set():
                     break
                 version = self._apply(line, version)
+                self.last_progress = time.monotonic()
         finally:
             response.release_conn()
+        self.last_progress = time.monotonic()  # the server ended the watch cleanly
         return version
 
     def _apply(self, line: bytes, version: str) -> str:

@@ -21,6 +21,7 @@ from extender.config import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_RESOURCE, Config,
 from extender.policy import Mode, Policy, Widening
 
 from .chartlib import CHART, CI_VALUES, Helm, Rendered
+from .test_render import effective
 
 EXTENDER = "hugepage-extender"
 
@@ -138,10 +139,11 @@ def test_container_args_parse_with_the_extender_cli(helm: Helm, values: Path) ->
     assert args.host == "0.0.0.0"  # noqa: S104 - a pod serves on its own IP
     assert args.port == 8888
     assert args.probe_port == 8081
-    wanted = yaml.safe_load(values.read_text()) or {}
-    assert args.enable_bind is bool(wanted.get("bind", {}).get("enabled"))
-    tls = wanted.get("tls", {})
-    assert (args.tls_cert_file is not None) is bool(tls.get("enabled"))
-    assert (args.client_ca_file is not None) is bool(tls.get("clientAuth", {}).get("enabled"))
+    wanted = effective(values.name.removesuffix("-values.yaml"))
+    assert args.enable_bind is bool(wanted["bind"]["enabled"])
+    tls = wanted["tls"]
+    assert (args.tls_cert_file is not None) is bool(tls["enabled"])
+    assert (args.client_ca_file is not None) is bool(tls["clientAuth"]["enabled"])
+    assert args.drain_seconds + args.shutdown_timeout < wanted["terminationGracePeriodSeconds"]
     if args.enable_bind:
         assert args.bind_timeout_seconds < 5  # under the scheduler's httpTimeout (5s)

@@ -34,6 +34,7 @@ def test_default_manifest_is_the_default_install() -> None:
         "CustomResourceDefinition",  # the node agent's records
         "DaemonSet",  # the node agent
         "Deployment",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "Role",
         "RoleBinding",

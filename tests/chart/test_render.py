@@ -67,12 +67,25 @@ def the_extender(config: Doc) -> Doc:
     return result
 
 
+def _merged(defaults: Any, given: Any) -> Any:
+    if isinstance(defaults, dict) and isinstance(given, dict):
+        return {**defaults, **{k: _merged(defaults.get(k), v) for k, v in given.items()}}
+    return given
+
+
+def effective(name: str) -> dict[str, Any]:
+    """The scenario's values over the chart's defaults, as helm merges them."""
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    merged: dict[str, Any] = _merged(defaults, values_of(name))
+    return merged
+
+
 def is_tls(name: str) -> bool:
-    return bool(values_of(name).get("tls", {}).get("enabled"))
+    return bool(effective(name)["tls"]["enabled"])
 
 
 def is_mtls(name: str) -> bool:
-    return bool(values_of(name).get("tls", {}).get("clientAuth", {}).get("enabled"))
+    return bool(effective(name)["tls"]["clientAuth"]["enabled"])
 
 
 def is_own(name: str) -> bool:
@@ -328,7 +341,7 @@ def test_https_always_comes_with_the_ca(renders: dict[str, Rendered], scenario: 
     ca = base64.b64decode(tls["caData"], validate=True).decode()
     assert ca.startswith("-----BEGIN CERTIFICATE-----")
     assert tls["serverName"] == f"{EXTENDER}.{NAMESPACE}.svc"
-    secret_name = values_of(scenario)["tls"].get("existingSecret") or f"{EXTENDER}-tls"
+    secret_name = effective(scenario)["tls"].get("existingSecret") or f"{EXTENDER}-tls"
     rendered = renders[scenario]
     if rendered.has("Secret", secret_name):
         secret_ca = base64.b64decode(rendered.get("Secret", secret_name)["data"]["ca.crt"]).decode()
@@ -457,7 +470,7 @@ def test_network_policy_admits_only_the_scheduler_on_the_verbs(renders: dict[str
             id="own-needs-cluster-ip",
         ),
         pytest.param(
-            {"tls.clientAuth.enabled": "true"},
+            {"tls.enabled": "false"},
             "tls.clientAuth.enabled needs tls.enabled",
             id="mtls-needs-tls",
         ),
@@ -477,9 +490,20 @@ def test_network_policy_admits_only_the_scheduler_on_the_verbs(renders: dict[str
             id="secret-needs-a-ca",
         ),
         pytest.param(
-            {"extender.shutdownTimeoutSeconds": "30"},
-            "extender.shutdownTimeoutSeconds (30) must be under terminationGracePeriodSeconds (30)",
+            {"extender.shutdownTimeoutSeconds": "25"},
+            "extender.drainSeconds (5) plus extender.shutdownTimeoutSeconds (25) must be under"
+            " terminationGracePeriodSeconds (30)",
             id="drain-within-grace",
+        ),
+        pytest.param(
+            {"config.defaults.mode": "enforce", "config.defaults.sampleSize": "0"},
+            "config.defaults.sampleSize: 0 with mode enforce admits more nodes than a hold covers",
+            id="every-node-needs-bind",
+        ),
+        pytest.param(
+            {"config.namespaces.vms.mode": "enforce", "config.namespaces.vms.sampleSize": "17"},
+            "config.namespaces.vms.sampleSize: 17 with mode enforce",
+            id="k-above-16-needs-bind",
         ),
         pytest.param(
             {"ports.probe": "8888"},
@@ -514,8 +538,14 @@ def test_scheduler_newer_than_the_cluster_is_refused(helm: Helm) -> None:
 
 
 def test_own_mode_reaches_an_ipv6_cluster_ip_in_brackets(helm: Helm) -> None:
-    rendered = helm.template(set_values={"scheduler.mode": "own", "service.clusterIP": "fd00:10:96::88"})
-    assert the_extender(scheduler_config(rendered))["urlPrefix"] == "http://[fd00:10:96::88]:8888"
+    rendered = helm.template(
+        set_values={
+            "scheduler.mode": "own",
+            "service.clusterIP": "fd00:10:96::88",
+            "networkPolicy.extraExtenderFrom[0].ipBlock.cidr": "fd00::/64",
+        }
+    )
+    assert the_extender(scheduler_config(rendered))["urlPrefix"] == "https://[fd00:10:96::88]:8888"
 
 
 def test_image_digest_wins_over_tag(helm: Helm) -> None:
@@ -546,7 +576,7 @@ def render_notes(helm: Helm, chart: Path, values: list[Path], set_values: dict[s
 
 def test_notes_tell_the_next_step_secondary(helm: Helm, notes_chart: Path) -> None:
     notes = render_notes(helm, notes_chart, [CI["namespaces"]])
-    assert f"http://{EXTENDER}.{NAMESPACE}.svc:8888" in notes
+    assert f"https://{EXTENDER}.{NAMESPACE}.svc:8888" in notes  # mTLS by default
     assert "schedulerName: hugepage-scheduler-1g" in notes
     assert "per-namespace: payments=enforce vms=enforce" in notes
     assert "--set config.namespaces.<namespace>.mode=enforce" in notes

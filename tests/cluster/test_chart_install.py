@@ -135,7 +135,15 @@ def test_rendered_scheduler_config_runs_in_the_real_scheduler_and_calls_the_exte
     test_label: tuple[str, str],
 ) -> None:
     extender = start_extender(["--kubeconfig", str(control_plane.kubeconfig)], ready_path="/readyz")
-    documents = render(control_plane, f"scheduler.extender.urlPrefix={extender.url}", "config.defaults.mode=enforce")
+    # Plain HTTP here: the rendered client certificate paths exist only in the scheduler pod
+    # (tests/chart/test_tls.py handshakes with the chart's generated certificates).
+    documents = render(
+        control_plane,
+        f"scheduler.extender.urlPrefix={extender.url}",
+        "config.defaults.mode=enforce",
+        "tls.enabled=false",
+        "tls.clientAuth.enabled=false",
+    )
     config_map = rendered(documents, "ConfigMap", "scheduler")
     scheduler_config = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
     (entry,) = scheduler_config["extenders"]

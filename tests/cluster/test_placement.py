@@ -102,8 +102,11 @@ def test_a_wide_cluster_is_read_in_place_and_only_free_pools_fill(cell: Cell, sa
         if roomy:
             free.append(node)
     assert len(msgspec.json.encode(nodes)) > SMALL_CANDIDATE_LIST
-    extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce", "sampleSize": sample_size}}})
-    scheduler = cell.scheduler(extender)  # the extender is ready: it has listed every node
+    # Every node (K = 0) admits more nodes than a hold covers: that needs the bind verb.
+    bind = sample_size == 0
+    config = {"namespaces": {cell.namespace: {"mode": "enforce", "sampleSize": sample_size}}}
+    extender = cell.extender(config, enable_bind=bind)
+    scheduler = cell.scheduler(extender, bind=bind)  # the extender is ready: it has listed every node
 
     names = cell.pods([f"p-{i:02d}" for i in range(2 * len(free))], scheduler, hugepages_2mi="512Mi")
     cell.plane.wait_for_pods_bound(cell.namespace, names, timeout=90)
@@ -254,12 +257,23 @@ def _bound_in(cell: Cell, namespaces: list[str], prefix: str) -> int:
 # With or without the bind verb: the filter holds each pod's need on every node it
 # admits (best-of-K leaves a few) until the pod shows up bound, because the scheduler
 # filters the next pod before this one's binding (a goroutine) reaches anybody.
-@pytest.mark.parametrize("bind", [pytest.param(True, id="bind-verb"), pytest.param(False, id="default-binder")])
-def test_burst_never_overcommits_a_pool(cell: Cell, bind: bool) -> None:
+# Every configuration serve accepts: K from 1 to 16 without the bind verb (the largest
+# hold), any K with it (K = 0: every fitting node admitted, no hold until bind names one).
+@pytest.mark.parametrize(
+    ("bind", "sample_size"),
+    [
+        pytest.param(True, 3, id="bind-verb"),
+        pytest.param(False, 3, id="default-binder"),
+        pytest.param(False, 16, id="default-binder-k16"),
+        pytest.param(True, 0, id="bind-verb-every-node"),
+    ],
+)
+def test_burst_never_overcommits_a_pool(cell: Cell, bind: bool, sample_size: int) -> None:
     vms = cell.new_namespace("vms")
     nodes, slots = _burst_cluster(cell, vms)
+    policy = {"mode": "enforce", "sampleSize": sample_size}
     extender = cell.extender(
-        {"namespaces": {cell.namespace: {"mode": "enforce"}, vms: {"mode": "enforce", "needFromMemory": True}}},
+        {"namespaces": {cell.namespace: policy, vms: {**policy, "needFromMemory": True}}},
         enable_bind=bind,
     )
     scheduler = cell.scheduler(extender, bind=bind)

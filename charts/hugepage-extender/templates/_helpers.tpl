@@ -250,8 +250,8 @@ Checks that span several values (the schema checks each value alone).
 {{- if and .Values.tls.clientAuth.enabled (not .Values.tls.enabled) }}
 {{- fail "tls.clientAuth.enabled needs tls.enabled: client certificates are only checked over HTTPS" }}
 {{- end }}
-{{- if ge (float64 .Values.extender.shutdownTimeoutSeconds) (float64 .Values.terminationGracePeriodSeconds) }}
-{{- fail (printf "extender.shutdownTimeoutSeconds (%v) must be under terminationGracePeriodSeconds (%v), or the kubelet kills the extender mid-drain" .Values.extender.shutdownTimeoutSeconds .Values.terminationGracePeriodSeconds) }}
+{{- if ge (addf .Values.extender.shutdownTimeoutSeconds .Values.extender.drainSeconds) (float64 .Values.terminationGracePeriodSeconds) }}
+{{- fail (printf "extender.drainSeconds (%v) plus extender.shutdownTimeoutSeconds (%v) must be under terminationGracePeriodSeconds (%v), or the kubelet kills the extender mid-drain" .Values.extender.drainSeconds .Values.extender.shutdownTimeoutSeconds .Values.terminationGracePeriodSeconds) }}
 {{- end }}
 {{- if eq (int .Values.ports.extender) (int .Values.ports.probe) }}
 {{- fail "ports.extender and ports.probe must differ: the probe port is plain HTTP" }}
@@ -260,6 +260,24 @@ Checks that span several values (the schema checks each value alone).
 {{- if and .Values.bind.enabled (regexMatch "^[0-9]+s$" $timeout) }}
 {{- if ge (float64 .Values.bind.timeoutSeconds) (float64 (trimSuffix "s" $timeout)) }}
 {{- fail (printf "bind.timeoutSeconds (%v) must be under scheduler.extender.httpTimeout (%s): the scheduler would give up on a bind that may still succeed" .Values.bind.timeoutSeconds $timeout) }}
+{{- end }}
+{{- end }}
+{{- /* An enforcing filter holds a pod's need on at most 16 admitted nodes; more (sampleSize 0 or above 16)
+       over-commits a burst unless the bind verb narrows holds: the extender refuses that at start too. */}}
+{{- if not .Values.bind.enabled }}
+{{- $defaults := .Values.config.defaults }}
+{{- $policies := dict "config.defaults" (dict) }}
+{{- range $name, $ns := .Values.config.namespaces }}
+{{- $_ := set $policies (printf "config.namespaces.%s" $name) ($ns | default dict) }}
+{{- end }}
+{{- range $where, $own := $policies }}
+{{- $mode := toString (ternary (get $own "mode") (get $defaults "mode") (hasKey $own "mode")) }}
+{{- $k := 3 }}
+{{- if hasKey $defaults "sampleSize" }}{{ $k = int (get $defaults "sampleSize") }}{{ end }}
+{{- if hasKey $own "sampleSize" }}{{ $k = int (get $own "sampleSize") }}{{ end }}
+{{- if and (eq $mode "enforce") (or (eq $k 0) (gt $k 16)) }}
+{{- fail (printf "%s.sampleSize: %d with mode enforce admits more nodes than a hold covers (at most 16), so a burst can over-commit a pool; set sampleSize between 1 and 16, or bind.enabled=true" $where $k) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- if and .Values.networkPolicy.enabled (eq .Values.scheduler.mode "own") (not .Values.networkPolicy.extraExtenderFrom) }}

@@ -1,0 +1,275 @@
+"""Issue 11 on the real control plane: a dying API server, bad annotations, the bind verb's
+authority and made-up holds, each through a live extender (and the real kube-scheduler)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from e2e.controlplane import ControlPlane, Service, free_port, wait_until, write_kubeconfig
+from extender.verbs import UNVERIFIED_HOLD_SECONDS
+from tests.cluster.placement_support import (
+    Cell,
+    StartExtender,
+    StartScheduler,
+    metric_value,
+    write_extender_config,
+)
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def cell(  # noqa: PLR0917 (fixtures come as arguments)
+    control_plane: ControlPlane,
+    namespace: str,
+    test_label: tuple[str, str],
+    tmp_path: Path,
+    start_extender: StartExtender,
+    start_scheduler: StartScheduler,
+) -> Cell:
+    return Cell(control_plane, namespace, test_label, tmp_path, start_extender, start_scheduler)
+
+
+class Proxy:
+    """A TCP proxy to the API server that can vanish and come back on the same port:
+    the API server as the extender sees it dies, while the shared control plane lives on."""
+
+    def __init__(self, target_port: int) -> None:
+        self.port = free_port()
+        self._target = target_port
+        self._sockets: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        listener = socket.create_server(("127.0.0.1", self.port))
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._listener is not None:
+                with contextlib.suppress(OSError):
+                    self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+                self._listener.close()
+                self._listener = None
+            for s in self._sockets:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            self._sockets.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self._target))
+            with self._lock:
+                self._sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def proxy(control_plane: ControlPlane) -> Iterator[Proxy]:
+    port = int(control_plane.apiserver_url.rsplit(":", 1)[1])
+    p = Proxy(port)
+    p.start()
+    yield p
+    p.stop()
+
+
+def post(service: Service, verb: str, body: Any) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(
+        f"{service.url}/{verb}", data=json.dumps(body).encode(), method="POST", headers={"Content-Type": JSON}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status), json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+JSON = "application/json"
+FAST_STALENESS = ["--watch-stale-seconds", "4", "--watch-timeout-seconds", "1"]
+
+
+def pod_body(name: str, namespace: str, uid: str, hugepages: str = "512Mi") -> dict[str, Any]:
+    requests = {"hugepages-2Mi": hugepages, "cpu": "100m"}
+    return {
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": requests, "limits": requests}}]},
+    }
+
+
+def pod_uid(cell: Cell, name: str) -> str:
+    return str(cell.core.read_namespaced_pod(name, cell.namespace).metadata.uid)  # type: ignore[union-attr]
+
+
+def readyz(service: Service) -> int:
+    answer = service.get("/readyz")
+    return 0 if answer is None else answer[0]
+
+
+def test_a_vanished_api_server_makes_the_extender_unready_and_filter_answer_an_error(
+    cell: Cell, proxy: Proxy, tmp_path: Path
+) -> None:
+    node = cell.node("a")
+    certs = cell.plane.certificates
+    kubeconfig = write_kubeconfig(
+        tmp_path / "via-proxy.kubeconfig",
+        f"https://127.0.0.1:{proxy.port}",
+        certs.ca_cert,
+        (certs.admin_cert, certs.admin_key),
+    )
+    config = write_extender_config(tmp_path, {"defaults": {"mode": "enforce"}})
+    extender = cell.start_extender(
+        [
+            "--kubeconfig",
+            str(kubeconfig),
+            "--config",
+            str(config),
+            "--watch-stale-seconds",
+            "4",
+            "--watch-timeout-seconds",
+            "1",
+        ],
+        name=f"extender-{cell.slug}",
+        ready_path="/readyz",
+        timeout=60,
+    )
+    body = {"Pod": pod_body("p", cell.namespace, "u-1"), "NodeNames": [node]}
+    assert post(extender, "filter", body)[1]["NodeNames"] == [node]
+    time.sleep(5)  # an idle but healthy watch stays ready (it restarts every second)
+    assert readyz(extender) == 200
+
+    proxy.stop()
+    stopped = time.monotonic()
+    wait_until("the extender to turn unready", lambda: readyz(extender) == 503, timeout=30)
+    assert time.monotonic() - stopped < 15
+    status, answer = post(extender, "filter", body)
+    assert status == 200
+    assert "no progress" in answer["Error"]
+    assert not answer["NodeNames"]
+    assert metric_value(extender, "hugepage_extender_ready") == 0
+    ages = [
+        metric_value(extender, "hugepage_extender_watch_progress_age_seconds", {"resource": r})
+        for r in ("nodes", "pods")
+    ]
+    assert max(ages) > 4
+    assert metric_value(extender, "hugepage_extender_watch_failures_total") > 0
+
+    proxy.start()  # the API server is back: ready again, without a restart
+    wait_until("the extender to turn ready again", lambda: readyz(extender) == 200, timeout=60)
+    assert post(extender, "filter", body)[1]["NodeNames"] == [node]
+    assert metric_value(extender, "hugepage_extender_watch_relists_total", {"resource": "nodes"}) >= 1
+
+
+def test_a_bad_annotation_is_ignored_on_its_node_only(cell: Cell) -> None:
+    good = cell.node("good", hugepages="1Gi")
+    nan = cell.node("nan", hugepages="1Gi", reserved="NaN")
+    huge = cell.node("huge", hugepages="1Gi", reserved="1e999999")
+    started = time.monotonic()
+    extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce", "sampleSize": 3}}})
+    assert time.monotonic() - started < 30  # synced: the bad values neither stall nor repeat the list
+    scheduler = cell.scheduler(extender)
+    names = cell.pods([f"p-{i}" for i in range(3)], scheduler, hugepages_2mi="1Gi")
+    placed = cell.plane.wait_for_pods_bound(cell.namespace, names, timeout=60)
+    assert sorted(placed.values()) == sorted([good, nan, huge])  # each pool counted whole
+    cell.core.patch_node(good, {"metadata": {"annotations": {"hugepage-extender.io/reserved-hugepages-2Mi": "inf"}}})
+    time.sleep(1)
+    assert readyz(extender) == 200
+    log = extender.process.log_tail(200)
+    assert "annotation hugepage-extender.io/reserved-hugepages-2Mi ignored" in log
+    assert "Traceback" not in log
+
+
+def test_bind_binds_only_a_pod_filtered_to_a_node_admitted_with_its_uid(cell: Cell) -> None:
+    roomy = cell.node("roomy", hugepages="1Gi")
+    small = cell.node("small", hugepages="256Mi")
+    extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce"}}}, enable_bind=True)
+    victim = cell.pod("victim", "no-such-scheduler", hugepages_2mi="512Mi")  # nobody else binds it
+    uid = pod_uid(cell, victim)
+
+    def bind(namespace: str, name: str, pod_uid: str, node: str) -> tuple[int, dict[str, Any]]:
+        return post(extender, "bind", {"PodName": name, "PodNamespace": namespace, "PodUID": pod_uid, "Node": node})
+
+    # Never filtered: refused.
+    assert "has not filtered" in bind(cell.namespace, victim, uid, roomy)[1]["Error"]
+    # An empty UID would drop the precondition: a 400.
+    assert bind(cell.namespace, victim, "", roomy)[0] == 400
+    # Filtered (as the scheduler does): only the admitted node, only this pod.
+    filtered = post(extender, "filter", {"Pod": pod_body(victim, cell.namespace, uid), "NodeNames": [roomy, small]})
+    assert filtered[1]["NodeNames"] == [roomy]
+    assert bind(cell.namespace, victim, uid, small)[1]["Error"]
+    assert bind("kube-system", victim, uid, roomy)[1]["Error"]
+    assert cell.plane.pod_assignments(cell.namespace)[victim] is None
+    status, answer = bind(cell.namespace, victim, uid, roomy)
+    assert (status, answer["Error"]) == (200, "")
+    assert cell.plane.pod_assignments(cell.namespace)[victim] == roomy
+    assert metric_value(extender, "hugepage_extender_binds_total", {"result": "refused"}) >= 3
+
+    # The UID precondition: a pod recreated under the same name is not bound by the old decision.
+    again = cell.pod("again", "no-such-scheduler", hugepages_2mi="512Mi")
+    old_uid = pod_uid(cell, again)
+    post(extender, "filter", {"Pod": pod_body(again, cell.namespace, old_uid), "NodeNames": [roomy]})
+    cell.core.delete_namespaced_pod(again, cell.namespace, grace_period_seconds=0)
+    wait_until("the pod gone", lambda: again not in cell.plane.pod_assignments(cell.namespace), timeout=30)
+    cell.pod("again", "no-such-scheduler", hugepages_2mi="512Mi")
+    assert bind(cell.namespace, again, old_uid, roomy)[1]["Error"]
+    assert cell.plane.pod_assignments(cell.namespace)[again] is None
+
+
+def test_made_up_pods_cannot_keep_a_real_pod_off_the_pools(cell: Cell) -> None:
+    nodes = [cell.node(f"n{i}", hugepages="1Gi") for i in range(6)]
+    extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce", "sampleSize": 3}}})
+    scheduler = cell.scheduler(extender)
+    stop = threading.Event()
+
+    def attack() -> None:
+        # Five made-up 1Gi pods, filtered again and again (the issue's attack, renewed).
+        i = 0
+        while not stop.is_set():
+            for j in range(5):
+                fake = pod_body(f"fake-{j}", cell.namespace, f"fake-uid-{i}-{j}", hugepages="1Gi")
+                post(extender, "filter", {"Pod": fake, "NodeNames": nodes})
+            i += 1
+            time.sleep(1)
+
+    thread = threading.Thread(target=attack)
+    thread.start()
+    try:
+        time.sleep(1)
+        name = cell.pod("real", scheduler, hugepages_2mi="1Gi")
+        cell.plane.wait_for_pod_bound(cell.namespace, name, timeout=60)
+    finally:
+        stop.set()
+        thread.join()
+    time.sleep(UNVERIFIED_HOLD_SECONDS + 0.5)
+    post(extender, "filter", {"Pod": pod_body("any", cell.namespace, "any-uid"), "NodeNames": nodes})
+    assert metric_value(extender, "hugepage_extender_holds_refused_total") > 0  # the fakes' holds, dropped
+    assert msgspec.json.encode(nodes)  # the six pools were the candidates

@@ -1,0 +1,163 @@
+"""The process's life: SIGTERM drains (readiness fails first, begun requests are answered),
+renewed certificates are served without a restart and without a failed request."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.controlplane import generate_certificates
+from tests.test_cli import free_port
+
+BODY = json.dumps(
+    {"Pod": {"metadata": {"name": "x", "namespace": "dpdk"}, "spec": {"containers": []}}, "NodeNames": ["hp-full"]}
+).encode()
+
+
+def serve(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    with (tmp_path / "serve.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "extender", "serve", "--example", "--port", str(port), *args],
+            stdout=log,
+            stderr=log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    return process, port
+
+
+def wait_listening(process: subprocess.Popen[bytes], port: int, tmp_path: Path) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert process.poll() is None, (tmp_path / "serve.log").read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def readyz(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+@pytest.fixture
+def stopped() -> Iterator[list[subprocess.Popen[bytes]]]:
+    processes: list[subprocess.Popen[bytes]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_sigterm_fails_readiness_first_and_answers_requests_whose_body_is_still_arriving(
+    tmp_path: Path, stopped: list[subprocess.Popen[bytes]]
+) -> None:
+    process, port = serve(tmp_path, "--drain-seconds", "1", "--shutdown-timeout", "5")
+    stopped.append(process)
+    wait_listening(process, port, tmp_path)
+    assert readyz(port) == 200
+    head = f"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: {len(BODY)}\r\n\r\n".encode()
+    clients = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(20)]
+    for client in clients:
+        client.sendall(head + BODY[:10])  # the request has begun; its body is still arriving
+    time.sleep(0.3)
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    assert readyz(port) == 503  # readiness fails first, while the port still answers
+    time.sleep(1.3)  # past the drain: the port is closed now, the begun requests go on
+    for client in clients:
+        client.sendall(BODY[10:])
+    answered = 0
+    for client in clients:
+        answer = client.recv(65536)
+        answered += answer.startswith(b"HTTP/1.1 200")
+        client.close()
+    assert answered == 20
+    assert process.wait(timeout=10) == 0
+    assert time.monotonic() - started < 4  # it did not wait out its whole shutdown timeout
+
+
+def _fingerprint(port: int, context: ssl.SSLContext) -> bytes:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+        assert der is not None
+        return der
+
+
+def test_a_renewed_certificate_is_served_without_a_restart_or_a_failed_request(
+    tmp_path: Path, stopped: list[subprocess.Popen[bytes]]
+) -> None:
+    old, new = generate_certificates(tmp_path / "old"), generate_certificates(tmp_path / "new")
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copy(old.serving_cert, live / "tls.crt")
+    shutil.copy(old.serving_key, live / "tls.key")
+    both = tmp_path / "both-cas.pem"
+    both.write_bytes(old.ca_cert.read_bytes() + new.ca_cert.read_bytes())
+    context = ssl.create_default_context(cafile=str(both))
+    process, port = serve(
+        tmp_path,
+        *("--tls-cert-file", str(live / "tls.crt"), "--tls-key-file", str(live / "tls.key")),
+        *("--tls-reload-seconds", "0.2"),
+    )
+    stopped.append(process)
+    wait_listening(process, port, tmp_path)
+    first = _fingerprint(port, context)
+
+    failures: list[str] = []
+    answered = 0
+    done = threading.Event()
+
+    def load() -> None:
+        nonlocal answered
+        while not done.is_set():
+            request = urllib.request.Request(f"https://127.0.0.1:{port}/filter", data=BODY, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=5, context=context) as response:
+                    answered += response.status == 200
+            except OSError as error:
+                failures.append(repr(error))
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        # As a Secret volume renews: the key first, then the certificate (a moment of mismatch).
+        shutil.copy(new.serving_key, live / "tls.key")
+        time.sleep(0.5)
+        shutil.copy(new.serving_cert, live / "tls.crt")
+        deadline = time.monotonic() + 10
+        while _fingerprint(port, context) == first:
+            assert time.monotonic() < deadline, "the renewed certificate was not served"
+            time.sleep(0.1)
+        time.sleep(0.5)
+    finally:
+        done.set()
+        thread.join()
+    assert not failures, failures[:3]
+    assert answered > 10
+    assert process.poll() is None  # no restart
