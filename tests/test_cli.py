@@ -140,12 +140,20 @@ def _serve_fails(args: list[str], tmp_path: Path, env: dict[str, str] | None = N
         (["serve", "--example"], {"LOG_LEVEL": "chatty"}, "--log-level: 'chatty' is not one of"),
         (["serve", "--example", "--port", "99999"], {}, "--port: '99999' is not a port"),
         (["serve", "--example", "--port", "http"], {}, "--port: 'http' is not a whole number"),
-        (["serve", "--example", "--tls-cert-file", "/no/such.crt", "--tls-key-file", "/no/such.key"], {}, "/no/such.crt"),
+        (
+            ["serve", "--example", "--tls-cert-file", "/no/such.crt", "--tls-key-file", "/no/such.key"],
+            {},
+            "/no/such.crt",
+        ),
         (["serve", "--kubeconfig", "/no/such/kubeconfig"], {}, "cannot start"),
         (["serve", "--kubeconfig", "not-yaml.kubeconfig"], {}, "cannot start"),
         (["serve", "--in-cluster"], {"KUBERNETES_SERVICE_HOST": ""}, "cannot start"),
         (["serve", "--example", "--config", "k0.yaml"], {}, "defaults.sampleSize: 0 with mode enforce"),
-        (["serve", "--example", "--shutdown-timeout", "nan"], {}, "--shutdown-timeout: 'nan' is not a number of seconds"),
+        (
+            ["serve", "--example", "--shutdown-timeout", "nan"],
+            {},
+            "--shutdown-timeout: 'nan' is not a number of seconds",
+        ),
     ],
 )
 def test_startup_errors_are_one_line_and_exit_2(

@@ -597,7 +597,9 @@ def test_notes_tell_the_next_step_own(helm: Helm, notes_chart: Path) -> None:
 
 def test_pods_without_the_pool_never_reach_the_extender(helm: Helm) -> None:
     for mode in ("own", "secondary"):
-        rendered = helm.template(set_values={"scheduler.mode": mode, "service.clusterIP": "10.96.0.88"})
+        rendered = helm.template(
+            set_values={"scheduler.mode": mode, "service.clusterIP": "10.96.0.88", "networkPolicy.enabled": "false"}
+        )
         extender = the_extender(scheduler_config(rendered))
         assert extender["managedResources"] == [{"name": "hugepages-2Mi", "ignoredByScheduler": False}]
     one_gi = helm.template(set_values={"config.resourceName": "hugepages-1Gi"})
@@ -616,6 +618,7 @@ def test_percentage_of_nodes_to_score_is_a_value(helm: Helm) -> None:
         set_values={
             "scheduler.mode": "own",
             "service.clusterIP": "10.96.0.88",
+            "networkPolicy.enabled": "false",
             "scheduler.percentageOfNodesToScore": "0",
         }
     )
