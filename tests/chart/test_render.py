@@ -595,24 +595,6 @@ def test_notes_tell_the_next_step_own(helm: Helm, notes_chart: Path) -> None:
     assert snippet["extenders"][0]["tlsConfig"]["caData"]
 
 
-def test_pods_without_the_pool_never_reach_the_extender(helm: Helm) -> None:
-    for mode in ("own", "secondary"):
-        rendered = helm.template(
-            set_values={"scheduler.mode": mode, "service.clusterIP": "10.96.0.88", "networkPolicy.enabled": "false"}
-        )
-        extender = the_extender(scheduler_config(rendered))
-        assert extender["managedResources"] == [{"name": "hugepages-2Mi", "ignoredByScheduler": False}]
-    one_gi = helm.template(set_values={"config.resourceName": "hugepages-1Gi"})
-    assert the_extender(scheduler_config(one_gi))["managedResources"][0]["name"] == "hugepages-1Gi"
-
-
-def test_a_namespace_sized_by_memory_sends_every_pod(helm: Helm) -> None:
-    by_namespace = helm.template(set_values={"config.namespaces.vms.needFromMemory": "true"})
-    assert "managedResources" not in the_extender(scheduler_config(by_namespace))
-    by_default = helm.template(set_values={"config.defaults.needFromMemory": "true"})
-    assert "managedResources" not in the_extender(scheduler_config(by_default))
-
-
 def test_percentage_of_nodes_to_score_is_a_value(helm: Helm) -> None:
     own = helm.template(
         set_values={

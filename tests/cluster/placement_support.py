@@ -34,6 +34,7 @@ RESOURCE = "hugepages-2Mi"
 RESERVED_ANNOTATION = "hugepage-extender.io/reserved-hugepages-2Mi"
 EXTENDER_REASON_INSUFFICIENT = f"Insufficient {RESOURCE} (pool in use or held by placements in flight)"
 EXTENDER_REASON_EXCEEDS_POOL = f"Pod's {RESOURCE} request exceeds the node's whole pool"
+EXTENDER_REASON_HELD_OUTSIDE = f"Pod's {RESOURCE} request exceeds what pages held outside pods leave of the pool"
 # Short scheduler backoff keeps the Pending and retry cases quick.
 BACKOFF = {"podInitialBackoffSeconds": 1, "podMaxBackoffSeconds": 2}
 

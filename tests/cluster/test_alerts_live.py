@@ -25,7 +25,7 @@ from e2e.controlplane import ControlPlane, Service
 from e2e.promrules import Expected, PromtoolUnavailable, Scrapes, alert_test, promtool
 from tests.chart.chartlib import CHART, Helm, HelmError, helm_path
 from tests.cluster.placement_support import (
-    EXTENDER_REASON_INSUFFICIENT,
+    EXTENDER_REASON_HELD_OUTSIDE,
     Cell,
     StartExtender,
     StartScheduler,
@@ -243,7 +243,8 @@ def test_shadow_pending_and_full_pools_fire(cell: Cell, rules: Path, tmp_path: P
 
     # Enforce: no pool has room, the pod waits (and is retried with backoff).
     cell.pod("waits", scheduler, hugepages_2mi="256Mi", node_selector=only_full)
-    wait_for_event(cell.core, cell.namespace, "waits", "FailedScheduling", contains=EXTENDER_REASON_INSUFFICIENT)
+    # Pages held outside pods fill both pools: no node can hold it (unresolvable).
+    wait_for_event(cell.core, cell.namespace, "waits", "FailedScheduling", contains=EXTENDER_REASON_HELD_OUTSIDE)
     # Shadow: the same pods are placed, on pools that cannot hold them; enforce would have kept them Pending.
     for i in range(3):
         cell.pod(f"s-{i}", scheduler, namespace=shadow, hugepages_2mi="256Mi", node_selector=only_full)

@@ -209,7 +209,7 @@ def test_a_pending_pod_explained_live_with_the_hold_in_flight(cell: Cell, tls_ex
     print(out)
     table = {line.split()[0]: line for line in out.splitlines() if line.startswith(cell.slug)}
     assert "insufficient (in flight)" in table[roomy]
-    assert "insufficient" in table[full]
+    assert "held outside pods" in table[full]
     assert "(in flight)" not in table[full]
     assert f"in flight: the extender at {tls_extender.url}: 1 hold(s) on these nodes" in out
     assert "mode enforce" in out.splitlines()[0]
@@ -235,7 +235,7 @@ def test_a_pending_pod_explained_live_with_the_hold_in_flight(cell: Cell, tls_ex
     assert (rows[roomy]["pool_pages"], rows[roomy]["used_pages"], rows[roomy]["inflight_pages"]) == (512, 0, 384)
     assert (rows[roomy]["free_pages"], rows[roomy]["need_pages"]) == (128, 256)
     assert rows[roomy]["blocked_by_inflight"] is True
-    assert (rows[full]["reserved_pages"], rows[full]["verdict"]) == (512, "insufficient")
+    assert (rows[full]["reserved_pages"], rows[full]["verdict"]) == (512, "held outside pods")
     assert as_json["mode"] == "enforce"
 
     # Without the extender the hold is unknown: "roomy" looks free, and the output says what is missing.

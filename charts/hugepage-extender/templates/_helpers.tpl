@@ -299,19 +299,6 @@ Checks that span several values (the schema checks each value alone).
 The KubeSchedulerConfiguration. In secondary mode it configures the chart's
 own kube-scheduler; in own mode it is the file for the cluster's scheduler.
 */}}
-{{/*
-"true" when the defaults or any namespace take a pod's hugepage need from its
-memory request (needFromMemory): such pods request no hugepages, so the
-scheduler must send every pod.
-*/}}
-{{- define "hugepage-extender.needFromMemoryAnywhere" -}}
-{{- $found := .Values.config.defaults.needFromMemory -}}
-{{- range $namespace, $policy := .Values.config.namespaces -}}
-{{- if and (kindIs "map" $policy) (get $policy "needFromMemory") }}{{ $found = true }}{{ end -}}
-{{- end -}}
-{{- if $found }}true{{ end -}}
-{{- end }}
-
 {{- define "hugepage-extender.schedulerConfig" -}}
 {{- $tls := include "hugepage-extender.tls" . | fromJson }}
 {{- $own := eq .Values.scheduler.mode "own" -}}
@@ -366,14 +353,6 @@ extenders:
     nodeCacheCapable: true
     httpTimeout: {{ .Values.scheduler.extender.httpTimeout }}
     ignorable: {{ include "hugepage-extender.ignorable" . }}
-    {{- if not (include "hugepage-extender.needFromMemoryAnywhere" .) }}
-    # Only pods that request the pool are sent to the extender: every other pod
-    # costs no HTTP call. (Left out when a namespace derives the need from a
-    # pod's memory request: then every pod may need pages.)
-    managedResources:
-      - name: {{ .Values.config.resourceName }}
-        ignoredByScheduler: false
-    {{- end }}
     {{- if .Values.tls.enabled }}
     enableHTTPS: true
     tlsConfig:
