@@ -36,10 +36,10 @@ class NodeAccount(msgspec.Struct, frozen=True, gc=False):
     total_pages: int = 0  # status.allocatable[<resource>] / page_size, capped by the kernel's own total
     used_pages: int = 0  # requested by non-terminal pods bound to the node
     reserved_pages: int = 0  # held outside pod requests (VMs, DPDK), reported by the node
-    pending_bytes: int = 0  # placements chosen but not yet seen bound
+    held_bytes: int = 0  # placements chosen but not yet seen bound
     cpu_millis: int = 0  # status.allocatable.cpu
     cpu_requested_millis: int = 0  # requested by pods bound to the node
-    pending_cpu_millis: int = 0  # requested by placements in flight
+    held_cpu_millis: int = 0  # requested by placements in flight
     numa_free_pages: int = -1  # pages the best NUMA node can still give; -1: not reported
 
     @property
@@ -55,15 +55,15 @@ class NodeAccount(msgspec.Struct, frozen=True, gc=False):
         return self.used_pages + self.reserved_pages
 
     @property
-    def pending_pages(self) -> int:
-        return hugepages_for(self.pending_bytes, self.page_size)
+    def held_pages(self) -> int:
+        return hugepages_for(self.held_bytes, self.page_size)
 
     @property
     def free_pages(self) -> int:
         """Pages left for a new pod: never negative, 0 with no pool."""
         if not self.has_pool:
             return 0
-        return max(0, self.total_pages - self.committed_pages - self.pending_pages)
+        return max(0, self.total_pages - self.committed_pages - self.held_pages)
 
 
 NO_POOL_ACCOUNT = NodeAccount()  # a node the extender does not know (page_size 0): Fit.UNKNOWN
@@ -100,14 +100,14 @@ def headroom_bytes(account: NodeAccount) -> int:
         return UNBOUNDED
     if not account.has_pool or account.committed_pages >= account.total_pages:
         return -1
-    return (account.total_pages - account.committed_pages - account.pending_pages) * account.page_size
+    return (account.total_pages - account.committed_pages - account.held_pages) * account.page_size
 
 
 def numa_headroom_bytes(account: NodeAccount) -> int:
     """The largest request one NUMA node can take (numaAligned), UNBOUNDED when not reported."""
     if account.numa_free_pages < 0 or not account.known:
         return UNBOUNDED
-    return (account.numa_free_pages - account.pending_pages) * account.page_size
+    return (account.numa_free_pages - account.held_pages) * account.page_size
 
 
 def _never_fits(account: NodeAccount, need_pages: int) -> Fit | None:
@@ -130,8 +130,8 @@ def fits(account: NodeAccount, need_bytes: int, *, numa_aligned: bool = False) -
     if (never := _never_fits(account, need_pages)) is not None:
         return never
     committed = account.committed_pages
-    if committed >= account.total_pages or account.total_pages - committed < need_pages + account.pending_pages:
+    if committed >= account.total_pages or account.total_pages - committed < need_pages + account.held_pages:
         return Fit.INSUFFICIENT
-    if numa_aligned and 0 <= account.numa_free_pages < need_pages + account.pending_pages:
+    if numa_aligned and 0 <= account.numa_free_pages < need_pages + account.held_pages:
         return Fit.NUMA_INSUFFICIENT
     return Fit.FITS

@@ -30,7 +30,7 @@ import msgspec
 from extender.capacity import NodeAccount, headroom_bytes, hugepages_for
 from extender.columns import NodeColumns
 from extender.config import Config
-from extender.inflight import InFlightLedger, Reservation, nodes_of
+from extender.holds import Hold, HoldLedger, nodes_of
 from extender.nodeagent.record import MAX_POOL_BYTES, PoolReport, ReportError, report_record
 from extender.objects import Node, Pod
 from extender.podrequest import PodDemand, pod_demand
@@ -128,7 +128,7 @@ class ClusterState:
         self._pods: dict[str, PodUsage] = {}
         self._used_pages: defaultdict[str, int] = defaultdict(int)
         self._used_cpu: defaultdict[str, int] = defaultdict(int)
-        self._inflight = InFlightLedger()
+        self._inflight = HoldLedger()
         # Pods waiting to be placed, by UID: what a filter's pod must match to hold pages.
         self._waiting: dict[str, str] = {}
         self.ready = False  # synced: a full listing is loaded
@@ -174,7 +174,7 @@ class ClusterState:
         return len(self._pods)
 
     @property
-    def inflight_count(self) -> int:
+    def hold_count(self) -> int:
         return len(self._inflight)
 
     def owner_of(self, uid: str) -> str | None:
@@ -253,7 +253,7 @@ class ClusterState:
         for usage in usages.values():
             self._used_pages[usage.node] += usage.pages
             self._used_cpu[usage.node] += usage.cpu_millis
-        for uid in [uid for uid in self._inflight.reservations() if uid in usages]:
+        for uid in [uid for uid in self._inflight.holds() if uid in usages]:
             self._inflight.release(uid)
         self._rebuild_accounts()
 
@@ -409,7 +409,7 @@ class ClusterState:
             self._used_pages[usage.node] += usage.pages
             self._used_cpu[usage.node] += usage.cpu_millis
             touched.add(usage.node)
-            held = self._inflight.reservations_of(uid)
+            held = self._inflight.hold_of(uid)
             if held is not None and self._on_hold_bound is not None:
                 self._on_hold_bound(self._clock() - held.held_at)
             touched |= self._inflight.release(uid)
@@ -422,7 +422,7 @@ class ClusterState:
         touched = self._forget_pod(uid) | self._inflight.release(uid)
         self._refresh(touched)
 
-    def reserve(self, uid: str, nodes: str | Sequence[str], demand: PodDemand, timeout_seconds: float) -> bool:
+    def hold(self, uid: str, nodes: str | Sequence[str], demand: PodDemand, timeout_seconds: float) -> bool:
         """Count a placement in flight on ``nodes`` until it is seen bound, gone, or times out.
 
         Several nodes: the pod will go to one of them, which one is not known
@@ -432,12 +432,10 @@ class ClusterState:
         if uid in self._pods or not uid or not nodes:
             return False
         now = self._clock()
-        earlier = self._inflight.reservations_of(uid)
+        earlier = self._inflight.hold_of(uid)
         held_at = now if earlier is None else earlier.held_at
-        reservation = Reservation(
-            nodes_of(nodes), demand.hugepage_bytes, demand.cpu_millis, now + timeout_seconds, held_at
-        )
-        self._refresh(self._inflight.hold(uid, reservation))
+        hold = Hold(nodes_of(nodes), demand.hugepage_bytes, demand.cpu_millis, now + timeout_seconds, held_at)
+        self._refresh(self._inflight.hold(uid, hold))
         return True
 
     def accounts_without(
@@ -453,16 +451,16 @@ class ClusterState:
         base = self.accounts if accounts is None else accounts
         own: dict[str, NodeAccount] = {}
         for uid in uids:
-            reservation = self._inflight.reservations_of(uid)
-            if reservation is None:
+            hold = self._inflight.hold_of(uid)
+            if hold is None:
                 continue
-            for node in reservation.nodes:
+            for node in hold.nodes:
                 account = own.get(node) or base.get(node)
                 if account is not None:
                     own[node] = msgspec.structs.replace(
                         account,
-                        pending_bytes=account.pending_bytes - reservation.hugepage_bytes,
-                        pending_cpu_millis=account.pending_cpu_millis - reservation.cpu_millis,
+                        held_bytes=account.held_bytes - hold.hugepage_bytes,
+                        held_cpu_millis=account.held_cpu_millis - hold.cpu_millis,
                     )
         return ChainMap(own, cast("dict[str, NodeAccount]", base)) if own else base  # read, never written
 
@@ -470,11 +468,11 @@ class ClusterState:
         """Stop counting a placement in flight (its bind failed)."""
         self._refresh(self._inflight.release(uid))
 
-    def expire_reservations(self) -> None:
+    def expire_holds(self) -> None:
         self._refresh(self._inflight.expire(self._clock()))
 
-    def reservations(self) -> dict[str, Reservation]:
-        return self._inflight.reservations()
+    def holds(self) -> dict[str, Hold]:
+        return self._inflight.holds()
 
     # -- internals -----------------------------------------------------------
 
@@ -517,7 +515,7 @@ class ClusterState:
 
     def _account(self, name: str, *, fresh: bool | None = None) -> NodeAccount:
         capacity = self._nodes[name]
-        pending_bytes, pending_cpu = self._inflight.pending(name)
+        held_bytes, pending_cpu = self._inflight.pending(name)
         used = self._used_pages.get(name, 0)
         total, reserved, numa_free = capacity.total_pages, capacity.reserved_pages, -1
         report = self._reports.get(name) if (name in self._fresh if fresh is None else fresh) else None
@@ -529,10 +527,10 @@ class ClusterState:
             used_pages=used,
             reserved_pages=reserved,
             numa_free_pages=numa_free,
-            pending_bytes=pending_bytes,
+            held_bytes=held_bytes,
             cpu_millis=capacity.cpu_millis,
             cpu_requested_millis=self._used_cpu.get(name, 0),
-            pending_cpu_millis=pending_cpu,
+            held_cpu_millis=pending_cpu,
         )
 
     def _refresh(self, names: Iterable[str]) -> None:
@@ -551,7 +549,7 @@ def _with_report(capacity: NodeCapacity, report: PoolReport, used_pages: int) ->
     allocatable, the kernel has what is not held outside pods. As an account, pool = min(allocatable,
     kernel total) and outside = what the kubelet does not already keep out of allocatable (its
     reserved hugepages are where system daemons belong): outside - (kernel total - pool), floored.
-    A NUMA node's free pages lose the kernel's unfaulted reservations (it does not say whose) and the
+    A NUMA node's free pages lose the kernel's unfaulted holds (it does not say whose) and the
     pages pods requested but do not hold yet (just bound, not started)."""
     total = min(capacity.total_pages, report.total_pages)
     if capacity.annotated:

@@ -23,7 +23,7 @@ _FIELDS = (
     "page_size",
     "total_pages",
     "committed_pages",
-    "pending_pages",
+    "held_pages",
     "used_pages",
     "cpu_millis",
     "cpu_busy_millis",
@@ -57,10 +57,10 @@ class NodeColumns:
         c["page_size"][slot] = _int64(account.page_size)
         c["total_pages"][slot] = _int64(account.total_pages)
         c["committed_pages"][slot] = _int64(account.committed_pages)
-        c["pending_pages"][slot] = _int64(account.pending_pages)
+        c["held_pages"][slot] = _int64(account.held_pages)
         c["used_pages"][slot] = _int64(account.used_pages)
         c["cpu_millis"][slot] = _int64(account.cpu_millis)
-        c["cpu_busy_millis"][slot] = _int64(account.cpu_requested_millis + account.pending_cpu_millis)
+        c["cpu_busy_millis"][slot] = _int64(account.cpu_requested_millis + account.held_cpu_millis)
         c["headroom"][slot] = _int64(headroom_bytes(account))
 
     def drop(self, name: str) -> None:

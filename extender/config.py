@@ -44,7 +44,7 @@ class _PolicyFields(msgspec.Struct, rename="camel", forbid_unknown_fields=True, 
     score_hugepages: bool | None = None
     overcommit_ratio: Annotated[float, msgspec.Meta(gt=0)] | None = None
     alpha: Annotated[float, msgspec.Meta(ge=0)] | None = None
-    reservation_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    hold_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
     need_from_memory: bool | None = None
     node_report_max_age_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
     numa_aligned: bool | None = None
@@ -162,7 +162,13 @@ def _convert(document: Any, kind: type[_T], prefix: str) -> _T:
         # msgspec says "... - at `$.defaults.mode`"; say it as the YAML key path.
         head, _, where = str(error).partition(" - at `$")
         key = ".".join(part for part in (prefix, where.rstrip("`").lstrip(".")) if part)
+        if (renamed := _RENAMED.get(head.rpartition(" ")[2].strip("`'\""))) is not None:
+            head = f"{head}: it is now {renamed}"
         raise ConfigError(f"{key}: {head}" if key else head) from None
+
+
+# Keys renamed since an earlier release: the error names the new key.
+_RENAMED = {"reservationTimeoutSeconds": "holdTimeoutSeconds"}
 
 
 def load_config(

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from extender.capacity import NodeAccount
-from extender.inflight import Reservation
+from extender.holds import Hold
 from extender.policy import Mode, Placement, Policy, Widening
 
 STATE_VERSION = 1
@@ -67,24 +67,24 @@ class ExtenderState:
 
 
 def holds_per_node(
-    reservations: Mapping[str, Reservation], nodes: Collection[str] | None = None, *, exclude_uid: str = ""
+    holds: Mapping[str, Hold], nodes: Collection[str] | None = None, *, exclude_uid: str = ""
 ) -> dict[str, NodeHolds]:
-    """Per node, the placements in flight to it. A reservation holds its need on each of its nodes
+    """Per node, the placements in flight to it. A hold holds its need on each of its nodes
     (the pod will land on one of them), so a pod counts once on every node it is held on.
 
     ``nodes``: only these (each named, zero when nothing is held); None: every node with a hold.
     ``exclude_uid``: leave this pod's own hold out, as the verbs do for the pod being placed."""
     totals: dict[str, list[int]] = {}
     wanted = None if nodes is None else set(nodes)
-    for uid, reservation in reservations.items():
+    for uid, hold in holds.items():
         if uid == exclude_uid:
             continue
-        for node in reservation.nodes:
+        for node in hold.nodes:
             if wanted is not None and node not in wanted:
                 continue
             entry = totals.setdefault(node, [0, 0, 0])
-            entry[0] += reservation.hugepage_bytes
-            entry[1] += reservation.cpu_millis
+            entry[0] += hold.hugepage_bytes
+            entry[1] += hold.cpu_millis
             entry[2] += 1
     held = {node: NodeHolds(*entry) for node, entry in totals.items()}
     if nodes is not None:
@@ -101,7 +101,7 @@ def _policy_document(policy: Policy) -> dict[str, Any]:
         "scoreHugepages": policy.score_hugepages,
         "overcommitRatio": policy.overcommit_ratio,
         "alpha": policy.alpha,
-        "reservationTimeoutSeconds": policy.reservation_timeout_seconds,
+        "holdTimeoutSeconds": policy.hold_timeout_seconds,
         "needFromMemory": policy.need_from_memory,
     }
 
@@ -150,7 +150,7 @@ class _PolicyDoc(msgspec.Struct, rename="camel"):
     score_hugepages: bool
     overcommit_ratio: float
     alpha: float
-    reservation_timeout_seconds: float
+    hold_timeout_seconds: float
     need_from_memory: bool
 
 
@@ -192,7 +192,7 @@ def _policy(p: _PolicyDoc) -> Policy:
         score_hugepages=p.score_hugepages,
         overcommit_ratio=p.overcommit_ratio,
         alpha=p.alpha,
-        reservation_timeout_seconds=p.reservation_timeout_seconds,
+        hold_timeout_seconds=p.hold_timeout_seconds,
         need_from_memory=p.need_from_memory,
     )
 
@@ -232,8 +232,8 @@ def with_holds(accounts: Mapping[str, NodeAccount], holds: Mapping[str, NodeHold
         if account is not None:
             out[node] = msgspec.structs.replace(
                 account,
-                pending_bytes=account.pending_bytes + held.hugepage_bytes,
-                pending_cpu_millis=account.pending_cpu_millis + held.cpu_millis,
+                held_bytes=account.held_bytes + held.hugepage_bytes,
+                held_cpu_millis=account.held_cpu_millis + held.cpu_millis,
             )
     return out
 
@@ -274,7 +274,7 @@ def node_rows(
                 pool_bytes=account.total_pages * size,
                 pods_bytes=account.used_pages * size,
                 outside_pods_bytes=account.reserved_pages * size,
-                in_flight_bytes=account.pending_pages * size,
+                in_flight_bytes=account.held_pages * size,
                 in_flight_pods=holds[name].pods if name in holds else 0,
                 free_bytes=account.free_pages * size,
                 report_age_seconds=report.age_seconds if report is not None else None,
@@ -359,5 +359,5 @@ def pool_totals(accounts: Iterable[NodeAccount]) -> PoolTotals:
         capacity += a.total_pages * size
         pods += a.used_pages * size
         outside += a.reserved_pages * size
-        inflight += min(a.pending_pages, max(0, a.total_pages - a.committed_pages)) * size
+        inflight += min(a.held_pages, max(0, a.total_pages - a.committed_pages)) * size
     return PoolTotals(capacity, pods, outside, inflight)

@@ -70,7 +70,7 @@ class Explanation:
         if blocked:
             return (
                 f"no node can hold the pod now: {blocked} would, but placements in flight hold their room "
-                "(until those pods show up bound, or reservationTimeoutSeconds)"
+                "(until those pods show up bound, or holdTimeoutSeconds)"
             )
         if any(n.verdict not in _UNRESOLVABLE for n in self.nodes):
             return "no node with hugepage capacity: pools exist but are in use (add nodes or wait)"
@@ -118,8 +118,8 @@ def explain(
         blocked = (
             not verdict.admits
             and not verdict.unresolvable
-            and account.pending_bytes > 0
-            and fits(msgspec.structs.replace(account, pending_bytes=0), demand.hugepage_bytes, numa_aligned=numa).admits
+            and account.held_bytes > 0
+            and fits(msgspec.structs.replace(account, held_bytes=0), demand.hugepage_bytes, numa_aligned=numa).admits
         )
         view = reports(name) if reports is not None else ReportView(ReportState.NONE)
         report = view.report
@@ -130,7 +130,7 @@ def explain(
                 pool_pages=account.total_pages,
                 used_pages=account.used_pages,
                 reserved_pages=account.reserved_pages,
-                inflight_pages=account.pending_pages,
+                inflight_pages=account.held_pages,
                 free_pages=account.free_pages,
                 need_pages=hugepages_for(demand.hugepage_bytes, account.page_size),
                 verdict=verdict.value,

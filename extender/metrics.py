@@ -47,7 +47,7 @@ class StateView(Protocol):
     @property
     def pod_count(self) -> int: ...
     @property
-    def inflight_count(self) -> int: ...
+    def hold_count(self) -> int: ...
     def unready_reason(self) -> str | None: ...
     @property
     def stale_reports(self) -> int: ...
@@ -137,8 +137,8 @@ class Metrics:
             ["widening"],
             registry=r,
         )
-        self.reservations = Counter(
-            "hugepage_extender_inflight_reservations",
+        self.holds_placed = Counter(
+            "hugepage_extender_holds_placed",
             "Placements counted in flight, by the verb that learnt the node (filter or bind).",
             ["source"],
             registry=r,
@@ -164,7 +164,7 @@ class Metrics:
         )
         self.nodes = Gauge("hugepage_extender_cached_nodes", "Nodes in the extender's cache.", registry=r)
         self.pods = Gauge("hugepage_extender_cached_pods", "Bound, non-terminal pods in the cache.", registry=r)
-        self.inflight = Gauge("hugepage_extender_inflight_placements", "Placements in flight now.", registry=r)
+        self.holds = Gauge("hugepage_extender_holds", "Placements in flight now.", registry=r)
         # Per namespace: which namespace is safe to switch to enforce. Bounded by the
         # namespaces in shadow mode that run hugepage pods. pod_namespace, not namespace:
         # Prometheus gives every series the namespace of the extender's own pod.
@@ -206,7 +206,7 @@ class Metrics:
         self.ready.set_function(lambda: 1.0 if state.unready_reason() is None else 0.0)
         self.nodes.set_function(lambda: float(state.node_count))
         self.pods.set_function(lambda: float(state.pod_count))
-        self.inflight.set_function(lambda: float(state.inflight_count))
+        self.holds.set_function(lambda: float(state.hold_count))
 
     def watch_pools(self, resource_name: str, accounts: Callable[[], Iterable[NodeAccount]]) -> None:
         """The cluster's pools summed at scrape time (one pass over the node accounts)."""

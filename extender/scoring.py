@@ -24,7 +24,7 @@ def cpu_load(account: NodeAccount, demand: PodDemand, overcommit_ratio: float) -
     """(requested + allocated + pending) / (R * cpus); a node with 0 CPUs is never preferred."""
     if account.cpu_millis <= 0:
         return math.inf
-    busy = demand.cpu_millis + account.cpu_requested_millis + account.pending_cpu_millis
+    busy = demand.cpu_millis + account.cpu_requested_millis + account.held_cpu_millis
     return busy / (overcommit_ratio * account.cpu_millis)
 
 
@@ -43,7 +43,7 @@ def hugepage_load(account: NodeAccount, demand: PodDemand, alpha: float) -> floa
     load_pages = (
         hugepages_for(demand.hugepage_bytes, page)
         + account.committed_pages
-        + account.pending_pages
+        + account.held_pages
         + alpha * account.used_pages
     )
     return load_pages / account.total_pages
@@ -72,7 +72,7 @@ def priorities(
             load_pages = (
                 need_pages
                 + columns.column("committed_pages")[slots]
-                + columns.column("pending_pages")[slots]
+                + columns.column("held_pages")[slots]
                 + policy.alpha * columns.column("used_pages")[slots]
             )
             has_pool = (total > 0) & (page > 0)

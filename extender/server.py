@@ -160,7 +160,7 @@ class Extender:
         if self.verbs.refused_holds != refused:
             self.metrics.holds_refused.inc(self.verbs.refused_holds - refused)
         if held:
-            self.metrics.child(self.metrics.reservations, "filter").inc()
+            self.metrics.child(self.metrics.holds_placed, "filter").inc()
         policy = self.config.policy_for(pod.metadata.namespace)
         self._observe(pod, policy, decision, demand, len(args.node_names))
         if policy.mode is Mode.ENFORCE and demand.wants_hugepages:
@@ -203,7 +203,7 @@ class Extender:
             log.warning("bind %s failed: %s", where, error)
             return web.Response(body=render_binding(str(error)), content_type=JSON)
         if held:
-            self.metrics.child(self.metrics.reservations, "bind").inc()
+            self.metrics.child(self.metrics.holds_placed, "bind").inc()
         self.metrics.child(self.metrics.binds, "bound").inc()
         return web.Response(body=render_binding(), content_type=JSON)
 
@@ -217,7 +217,7 @@ class Extender:
         nodes = [n for n in query.get("nodes", "").split(",") if n] if "nodes" in query else None
         if nodes is not None and len(nodes) > MAX_STATE_NODES:
             raise web.HTTPBadRequest(text=f"at most {MAX_STATE_NODES} nodes per request")
-        self.state.expire_reservations()
+        self.state.expire_holds()
         report = state_report(
             resource_name=self.config.resource_name,
             ready=self.state.ready,
@@ -225,7 +225,7 @@ class Extender:
             policy=self.config.policy_for(namespace),
             exempt=namespace in self.config.placement.exempt_namespaces,
             placement=self.config.placement,
-            holds=holds_per_node(self.state.reservations(), nodes, exclude_uid=query.get("excludePod", "")),
+            holds=holds_per_node(self.state.holds(), nodes, exclude_uid=query.get("excludePod", "")),
             node_reports=self._node_reports(nodes, self.config.policy_for(namespace)),
         )
         return web.json_response(report, headers={"Cache-Control": "no-store"})

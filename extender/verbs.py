@@ -84,7 +84,7 @@ class ExtenderVerbs:
         Returns the decision and whether a hold was placed."""
         policy = self.config.policy_for(namespace)
         owner = f"{namespace}/{name}"
-        self.state.expire_reservations()
+        self.state.expire_holds()
         self.state.expire_reports()
         self._drop_unverified()
         own = self._owns(uid, owner)
@@ -135,7 +135,7 @@ class ExtenderVerbs:
                     return decision, False
                 self._unverified_uids[uid] = None
                 self._unverified.append((self.state.now() + UNVERIFIED_HOLD_SECONDS, uid))
-            held = self.state.reserve(uid, decision.nodes_to_hold, demand, policy.reservation_timeout_seconds)
+            held = self.state.hold(uid, decision.nodes_to_hold, demand, policy.hold_timeout_seconds)
         return decision, held
 
     def prioritize(self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str]) -> HostScores:
@@ -169,7 +169,7 @@ class ExtenderVerbs:
             return False
         if not self._may_hold(uid):
             return False
-        return self.state.reserve(uid, node, filtered.demand, filtered.policy.reservation_timeout_seconds)
+        return self.state.hold(uid, node, filtered.demand, filtered.policy.hold_timeout_seconds)
 
     def bind_failed(self, uid: str) -> None:
         self.state.release(uid)

@@ -24,7 +24,7 @@ class Clock:
 
 NEED = PodDemand(hugepage_bytes=1 * GiB, cpu_millis=100)
 NODES = [f"n{i}" for i in range(6)]
-CONFIG = {"defaults": {"mode": "enforce", "sampleSize": 6, "reservationTimeoutSeconds": 30}}
+CONFIG = {"defaults": {"mode": "enforce", "sampleSize": 6, "holdTimeoutSeconds": 30}}
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_made_up_pods_never_keep_a_real_pod_off_a_pool(state: ClusterState, cloc
     # Past the window the made-up holds are gone, and their UIDs hold nothing again.
     clock.now += UNVERIFIED_HOLD_SECONDS + 0.1
     v.filter("x", "team", PodDemand(0, 0), NODES, name="x")
-    assert set(state.reservations()) == {real, other}
+    assert set(state.holds()) == {real, other}
     assert v.filter("fake-0", "team", NEED, NODES, name="fake-0")[1] is False
 
 
@@ -91,7 +91,7 @@ def test_a_pod_the_watch_has_not_shown_yet_holds_until_it_is_shown(state: Cluste
     state.apply_pod(make_pod("early", "team", uid="early", hugepages="1Gi"))
     clock.now += UNVERIFIED_HOLD_SECONDS
     v.filter("x", "team", PodDemand(0, 0), NODES, name="x")  # any call drops what expired
-    assert "early" in state.reservations()
+    assert "early" in state.holds()
 
 
 def test_another_namespace_cannot_cancel_or_take_over_a_pods_hold(state: ClusterState) -> None:
@@ -101,7 +101,7 @@ def test_another_namespace_cannot_cancel_or_take_over_a_pods_hold(state: Cluster
     # The same UID from elsewhere: decided (the answer is harmless) but the hold stays the real pod's.
     _, held = v.filter(real, "attacker", PodDemand(2 * GiB, 0), NODES[1:2], name="real")
     assert not held
-    assert state.reservations()[real].nodes == ("n0",)
+    assert state.holds()[real].nodes == ("n0",)
     assert v.refused_holds == 1
 
 
@@ -109,7 +109,7 @@ def test_without_a_watch_a_uid_stays_with_the_pod_that_first_held_it(state: Clus
     v = ExtenderVerbs(build_config(CONFIG, {}), state, rng=random.Random(1))  # snapshot mode: nothing to verify
     assert v.filter("u1", "team", NEED, NODES[:1], name="a")[1]
     assert not v.filter("u1", "other", NEED, NODES[1:2], name="a")[1]
-    assert state.reservations()["u1"].nodes == ("n0",)
+    assert state.holds()["u1"].nodes == ("n0",)
 
 
 @pytest.mark.parametrize(

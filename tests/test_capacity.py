@@ -10,7 +10,7 @@ PAGE = 2 * MiB
 
 def pool(total: int, used: int = 0, reserved: int = 0, pending_mib: int = 0) -> NodeAccount:
     return NodeAccount(
-        page_size=PAGE, total_pages=total, used_pages=used, reserved_pages=reserved, pending_bytes=pending_mib * MiB
+        page_size=PAGE, total_pages=total, used_pages=used, reserved_pages=reserved, held_bytes=pending_mib * MiB
     )
 
 
@@ -58,7 +58,7 @@ def test_only_fits_and_unknown_admit() -> None:
 
 def numa_pool(total: int, numa_free: int, used: int = 0, pending_mib: int = 0) -> NodeAccount:
     return NodeAccount(
-        page_size=PAGE, total_pages=total, used_pages=used, pending_bytes=pending_mib * MiB, numa_free_pages=numa_free
+        page_size=PAGE, total_pages=total, used_pages=used, held_bytes=pending_mib * MiB, numa_free_pages=numa_free
     )
 
 

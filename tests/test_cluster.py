@@ -68,48 +68,48 @@ def test_pod_lifecycle_updates_only_the_nodes_it_touches(state: ClusterState) ->
 
 def test_reservation_counts_until_the_pod_is_seen_bound(state: ClusterState) -> None:
     demand = PodDemand(GiB, 500)
-    assert state.reserve("uid-default-p3", "b", demand, 30)
-    assert state.accounts["b"].pending_bytes == GiB
-    assert state.accounts["b"].pending_cpu_millis == 500
+    assert state.hold("uid-default-p3", "b", demand, 30)
+    assert state.accounts["b"].held_bytes == GiB
+    assert state.accounts["b"].held_cpu_millis == 500
     state.apply_pod(make_pod("p3", hugepages="1Gi", node="b", phase="Pending"))
-    assert state.accounts["b"].pending_bytes == 0
+    assert state.accounts["b"].held_bytes == 0
     assert state.accounts["b"].used_pages == 1024  # counted once, as usage
 
 
 def test_reservation_is_idempotent_per_pod_and_moves_with_it(state: ClusterState) -> None:
     demand = PodDemand(GiB, 0)
-    state.reserve("u", "a", demand, 30)
-    state.reserve("u", "a", demand, 30)
-    assert state.accounts["a"].pending_bytes == GiB
-    state.reserve("u", "b", demand, 30)
-    assert state.accounts["a"].pending_bytes == 0
-    assert state.accounts["b"].pending_bytes == GiB
-    assert state.inflight_count == 1
+    state.hold("u", "a", demand, 30)
+    state.hold("u", "a", demand, 30)
+    assert state.accounts["a"].held_bytes == GiB
+    state.hold("u", "b", demand, 30)
+    assert state.accounts["a"].held_bytes == 0
+    assert state.accounts["b"].held_bytes == GiB
+    assert state.hold_count == 1
 
 
 def test_reservation_ends_when_the_pod_is_deleted_or_times_out(state: ClusterState, clock: Clock) -> None:
-    state.reserve("gone", "a", PodDemand(GiB, 0), 30)
+    state.hold("gone", "a", PodDemand(GiB, 0), 30)
     state.remove_pod("gone")
-    assert state.accounts["a"].pending_bytes == 0
-    state.reserve("slow", "a", PodDemand(GiB, 0), 30)
+    assert state.accounts["a"].held_bytes == 0
+    state.hold("slow", "a", PodDemand(GiB, 0), 30)
     clock.now += 29.9
-    state.expire_reservations()
-    assert state.accounts["a"].pending_bytes == GiB
+    state.expire_holds()
+    assert state.accounts["a"].held_bytes == GiB
     clock.now += 0.2
-    state.expire_reservations()
-    assert state.accounts["a"].pending_bytes == 0
-    assert state.inflight_count == 0
+    state.expire_holds()
+    assert state.accounts["a"].held_bytes == 0
+    assert state.hold_count == 0
 
 
 def test_bound_pods_are_not_reserved_twice(state: ClusterState) -> None:
-    assert not state.reserve("uid-default-p1", "a", PodDemand(GiB, 0), 30)
-    assert state.accounts["a"].pending_bytes == 0
+    assert not state.hold("uid-default-p1", "a", PodDemand(GiB, 0), 30)
+    assert state.accounts["a"].held_bytes == 0
 
 
 def test_reservations_survive_a_relist(state: ClusterState) -> None:
-    state.reserve("in-flight", "a", PodDemand(GiB, 0), 30)
+    state.hold("in-flight", "a", PodDemand(GiB, 0), 30)
     state.replace([make_node("a", hugepages="4Gi")], [])
-    assert state.accounts["a"].pending_bytes == GiB
+    assert state.accounts["a"].held_bytes == GiB
     assert set(state.accounts) == {"a"}
 
 
@@ -134,23 +134,23 @@ def test_a_bad_object_leaves_the_state_whole(state: ClusterState) -> None:
 
 def test_a_hold_on_several_nodes_counts_on_each_until_the_pod_is_seen_bound(state: ClusterState) -> None:
     demand = PodDemand(GiB, 100)
-    assert state.reserve("u", ["a", "b", "a"], demand, 30)
-    assert state.accounts["a"].pending_bytes == state.accounts["b"].pending_bytes == GiB
-    state.reserve("u", "b", demand, 30)  # the bind names the node: the hold narrows to it
-    assert state.accounts["a"].pending_bytes == 0
-    assert state.accounts["b"].pending_bytes == GiB
-    state.reserve("v", ["a", "b"], demand, 30)
+    assert state.hold("u", ["a", "b", "a"], demand, 30)
+    assert state.accounts["a"].held_bytes == state.accounts["b"].held_bytes == GiB
+    state.hold("u", "b", demand, 30)  # the bind names the node: the hold narrows to it
+    assert state.accounts["a"].held_bytes == 0
+    assert state.accounts["b"].held_bytes == GiB
+    state.hold("v", ["a", "b"], demand, 30)
     state.apply_pod(make_pod("v", uid="v", hugepages="1Gi", node="a", phase="Pending"))
-    assert state.accounts["a"].pending_bytes == 0
-    assert state.accounts["b"].pending_bytes == GiB  # only u's hold is left
-    assert state.inflight_count == 1
+    assert state.accounts["a"].held_bytes == 0
+    assert state.accounts["b"].held_bytes == GiB  # only u's hold is left
+    assert state.hold_count == 1
 
 
 def test_columns_read_after_any_change_hold_the_accounts_of_that_moment(state: ClusterState) -> None:
     def column_rows() -> dict[str, tuple[int, ...]]:
         columns = state.columns
         slots = columns.slots(sorted(state.accounts)).tolist()
-        fields = ("total_pages", "committed_pages", "pending_pages", "used_pages", "cpu_busy_millis")
+        fields = ("total_pages", "committed_pages", "held_pages", "used_pages", "cpu_busy_millis")
         return {
             name: tuple(int(columns.column(f)[slot]) for f in fields)
             for name, slot in zip(sorted(state.accounts), slots, strict=True)
@@ -161,15 +161,15 @@ def test_columns_read_after_any_change_hold_the_accounts_of_that_moment(state: C
             name: (
                 a.total_pages,
                 a.committed_pages,
-                a.pending_pages,
+                a.held_pages,
                 a.used_pages,
-                a.cpu_requested_millis + a.pending_cpu_millis,
+                a.cpu_requested_millis + a.held_cpu_millis,
             )
             for name, a in sorted(state.accounts.items())
         }
 
     assert column_rows() == account_rows()
-    state.reserve("uid-new", ["a", "b"], PodDemand(GiB, 500), 30)
+    state.hold("uid-new", ["a", "b"], PodDemand(GiB, 500), 30)
     state.apply_pod(make_pod("p3", hugepages="1Gi", cpu="1", node="b", phase="Running"))
     state.remove_node("c")
     state.apply_node(make_node("d", hugepages="8Gi"))
@@ -195,9 +195,9 @@ def test_a_hold_reports_how_long_it_lasted_when_its_pod_shows_up_bound(clock: Cl
     lasted: list[float] = []
     state = ClusterState(build_config({}, {}), clock=clock, on_hold_bound=lasted.append)
     state.replace([make_node("a", hugepages="4Gi"), make_node("b", hugepages="4Gi")], [])
-    state.reserve("uid-default-p", ["a", "b"], PodDemand(GiB, 0), 30)  # the filter admits two nodes
+    state.hold("uid-default-p", ["a", "b"], PodDemand(GiB, 0), 30)  # the filter admits two nodes
     clock.now += 0.25
-    state.reserve("uid-default-p", "b", PodDemand(GiB, 0), 30)  # the bind narrows it: the same hold
+    state.hold("uid-default-p", "b", PodDemand(GiB, 0), 30)  # the bind narrows it: the same hold
     clock.now += 0.5
     state.apply_pod(make_pod("p", hugepages="1Gi", node="b", phase="Pending"))
     assert lasted == [0.75]

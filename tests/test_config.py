@@ -98,3 +98,8 @@ def test_load_config_reads_yaml_and_reports_files_it_cannot_read(tmp_path: Path)
     (tmp_path / "bad.yaml").write_text("defaults: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(tmp_path / "bad.yaml", environ={})
+
+
+def test_a_renamed_key_is_named_with_its_new_name() -> None:
+    with pytest.raises(ConfigError, match="reservationTimeoutSeconds`: it is now holdTimeoutSeconds"):
+        build_config({"namespaces": {"vms": {"reservationTimeoutSeconds": 5}}}, {})

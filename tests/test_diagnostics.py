@@ -36,7 +36,7 @@ from extender.diagnostics import (
     with_holds,
 )
 from extender.explain import explain, render_table
-from extender.inflight import Reservation
+from extender.holds import Hold
 from extender.kube.live import context_namespace
 from extender.kubectl_plugin import main as plugin_main
 from extender.metrics import Metrics
@@ -57,18 +57,18 @@ ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, we
 
 
 def test_holds_per_node_counts_a_pod_once_on_each_node_it_is_held_on() -> None:
-    reservations = {
-        "a": Reservation(("n1", "n2"), 512 * MI, 1000, 30.0),  # best-of-K: held on both
-        "b": Reservation(("n1",), 256 * MI, 500, 30.0),
-        "c": Reservation(("n3",), GI, 0, 30.0),
+    holds = {
+        "a": Hold(("n1", "n2"), 512 * MI, 1000, 30.0),  # best-of-K: held on both
+        "b": Hold(("n1",), 256 * MI, 500, 30.0),
+        "c": Hold(("n3",), GI, 0, 30.0),
     }
-    assert holds_per_node(reservations) == {
+    assert holds_per_node(holds) == {
         "n1": NodeHolds(768 * MI, 1500, 2),  # a + b
         "n2": NodeHolds(512 * MI, 1000, 1),
         "n3": NodeHolds(GI, 0, 1),
     }
     # Named nodes: each answered, zero when nothing is held; a pod's own hold left out.
-    assert holds_per_node(reservations, ["n1", "n4"], exclude_uid="b") == {
+    assert holds_per_node(holds, ["n1", "n4"], exclude_uid="b") == {
         "n1": NodeHolds(512 * MI, 1000, 1),
         "n4": NodeHolds(),
     }
@@ -80,7 +80,7 @@ def test_state_document_round_trips_and_holds_no_pod_identity() -> None:
         namespaces={"vms": Policy(mode=Mode.ENFORCE, need_from_memory=True)},
         exempt_namespaces=frozenset({"hugepage-extender"}),
     )
-    holds = holds_per_node({"uid-secret-pod": Reservation(("n1",), GI, 250, 9.0)})
+    holds = holds_per_node({"uid-secret-pod": Hold(("n1",), GI, 250, 9.0)})
     document = state_report(
         resource_name="hugepages-2Mi",
         ready=True,
@@ -115,17 +115,17 @@ def test_state_document_round_trips_and_holds_no_pod_identity() -> None:
         parse_state_report(b"<html>not json</html>")
 
 
-def account(pool: int, used: int = 0, reserved: int = 0, pending_bytes: int = 0) -> NodeAccount:
+def account(pool: int, used: int = 0, reserved: int = 0, held_bytes: int = 0) -> NodeAccount:
     """Pages of 2Mi: pool, used by pods, reserved outside pods; in-flight need in bytes."""
     return NodeAccount(
-        page_size=PAGE, total_pages=pool, used_pages=used, reserved_pages=reserved, pending_bytes=pending_bytes
+        page_size=PAGE, total_pages=pool, used_pages=used, reserved_pages=reserved, held_bytes=held_bytes
     )
 
 
 def test_pool_totals_count_in_flight_only_up_to_what_a_pool_has_left() -> None:
     accounts = [
         account(512, used=256, reserved=128),  # 1Gi pool: 512Mi pods, 256Mi outside
-        account(512, used=256, reserved=128, pending_bytes=GI),  # 1Gi in flight, only 256Mi (128 pages) left
+        account(512, used=256, reserved=128, held_bytes=GI),  # 1Gi in flight, only 256Mi (128 pages) left
         NodeAccount(),  # no pool: not counted
     ]
     assert pool_totals(accounts).capacity_bytes == 2 * GI
@@ -137,8 +137,8 @@ def test_pool_totals_count_in_flight_only_up_to_what_a_pool_has_left() -> None:
 def test_with_holds_adds_the_extenders_placements_to_what_the_api_shows() -> None:
     accounts = {"n1": account(512, used=256), "n2": account(512)}
     held = with_holds(accounts, {"n1": NodeHolds(512 * MI, 500, 1), "gone": NodeHolds(GI, 0, 1)})
-    assert held["n1"].pending_bytes == 512 * MI
-    assert held["n1"].pending_cpu_millis == 500
+    assert held["n1"].held_bytes == 512 * MI
+    assert held["n1"].held_cpu_millis == 500
     assert held["n2"] == accounts["n2"]
     assert "gone" not in held
 

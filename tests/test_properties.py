@@ -28,7 +28,7 @@ def accounts(draw: st.DrawFn) -> NodeAccount:
         total_pages=total,
         used_pages=draw(st.integers(0, 2200)),
         reserved_pages=draw(st.integers(0, 300)),
-        pending_bytes=draw(st.integers(0, 400)) * PAGE // draw(st.sampled_from([1, 3])),
+        held_bytes=draw(st.integers(0, 400)) * PAGE // draw(st.sampled_from([1, 3])),
         cpu_millis=draw(st.integers(0, 64_000)),
         cpu_requested_millis=draw(st.integers(0, 64_000)),
         numa_free_pages=draw(st.one_of(st.just(-1), st.integers(0, 2000))),

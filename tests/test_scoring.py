@@ -24,7 +24,7 @@ def node(total: int = 1000, used: int = 0, reserved: int = 0, pending_mib: int =
         total_pages=total,
         used_pages=used,
         reserved_pages=reserved,
-        pending_bytes=pending_mib * MiB,
+        held_bytes=pending_mib * MiB,
         cpu_millis=cpus * 1000,
     )
 

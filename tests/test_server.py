@@ -151,8 +151,8 @@ async def test_a_single_survivor_is_held_in_flight_once(client: Client, state: C
     for _ in range(3):  # the scheduler may ask again for the same pod
         _status, result = await post(client, "filter", args(names=["roomy", "full"]))
         assert result["NodeNames"] == ["roomy"]
-    assert state.accounts["roomy"].pending_bytes == 1 << 30
-    assert state.inflight_count == 1
+    assert state.accounts["roomy"].held_bytes == 1 << 30
+    assert state.hold_count == 1
 
 
 async def test_a_few_survivors_each_hold_the_need_until_the_pod_is_seen(
@@ -163,9 +163,9 @@ async def test_a_few_survivors_each_hold_the_need_until_the_pod_is_seen(
     status, result = await post(client, "filter", args(names=["roomy", "roomy-2", "full"]))
     assert status == 200
     assert sorted(result["NodeNames"]) == ["roomy", "roomy-2"]
-    assert state.accounts["roomy"].pending_bytes == 1 << 30
-    assert state.accounts["roomy-2"].pending_bytes == 1 << 30
-    assert state.inflight_count == 1
+    assert state.accounts["roomy"].held_bytes == 1 << 30
+    assert state.accounts["roomy-2"].held_bytes == 1 << 30
+    assert state.hold_count == 1
 
 
 async def test_a_retried_pod_does_not_compete_with_its_own_hold(
@@ -176,7 +176,7 @@ async def test_a_retried_pod_does_not_compete_with_its_own_hold(
     body = args(hugepages="2Gi", names=["roomy", "full"])  # roomy's 4Gi pool holds exactly two
     for _ in range(3):
         assert (await post(client, "filter", body))[1]["NodeNames"] == ["roomy"]
-    assert state.accounts["roomy"].pending_bytes == 2 << 30
+    assert state.accounts["roomy"].held_bytes == 2 << 30
     # and prioritize scores the pod against the pool without its own hold:
     # (1024 pages + 0 used) / 2048 = 0.5 -> 5, not (1024 + 1024) / 2048 -> 0
     _, scores = await post(client, "prioritize", args(hugepages="2Gi", names=["roomy"]))

@@ -74,7 +74,7 @@ class Variant:
             parts.append(f"R={self.overcommit_ratio:g}")
         return ":".join(parts)
 
-    def config(self, reservation_timeout_seconds: float) -> Config:
+    def config(self, hold_timeout_seconds: float) -> Config:
         """The extender Config this variant runs with.
 
         Every pod is VM-backed (``need_from_memory``), the premise of the
@@ -85,13 +85,13 @@ class Variant:
             sample_size=self.sample_size,
             widening=self.widening,
             overcommit_ratio=self.overcommit_ratio,
-            reservation_timeout_seconds=reservation_timeout_seconds,
+            hold_timeout_seconds=hold_timeout_seconds,
             need_from_memory=True,
         )
         if self.namespace is None:
             placement = Placement(defaults=policy)
         else:
-            off = Policy(mode=Mode.OFF, need_from_memory=True, reservation_timeout_seconds=reservation_timeout_seconds)
+            off = Policy(mode=Mode.OFF, need_from_memory=True, hold_timeout_seconds=hold_timeout_seconds)
             placement = Placement(defaults=off, namespaces={self.namespace: policy})
         return Config(resource_name=RESOURCE_NAME, page_size_bytes=PAGE_SIZE_BYTES, placement=placement)
 
@@ -185,7 +185,7 @@ class Timing:
     bind_delay_seconds: float = MEASURED_BIND_DELAY_SECONDS  # pick to the pod seen bound: its hold ends
     retry_backoff_seconds: float = 10.0  # a client whose pod failed asks again after this
     sample_interval_seconds: float = 10.0  # utilisation and imbalance are sampled this often
-    reservation_timeout_seconds: float = 30.0
+    hold_timeout_seconds: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,7 @@ def _scenario(summary: Summary) -> list[str]:
         " then; measured on the real kube-scheduler by `python -m benchmarks hold`); the node admits or fails it"
         f" {s.placement_delay_seconds:g} s after the pick on average (0.5-1.5x); a client whose pod failed asks"
         f" again after {s.retry_backoff_seconds:g} s; in-flight holds time out after"
-        f" {s.reservation_timeout_seconds:g} s.",
+        f" {s.hold_timeout_seconds:g} s.",
         "",
     ]
 

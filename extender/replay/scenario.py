@@ -122,7 +122,7 @@ class _TimingFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     bind_delay_seconds: Annotated[float, msgspec.Meta(ge=0)] = _DEFAULT_TIMING.bind_delay_seconds
     retry_backoff_seconds: Annotated[float, msgspec.Meta(ge=0)] = _DEFAULT_TIMING.retry_backoff_seconds
     sample_interval_seconds: _Positive = _DEFAULT_TIMING.sample_interval_seconds
-    reservation_timeout_seconds: _Positive = _DEFAULT_TIMING.reservation_timeout_seconds
+    hold_timeout_seconds: _Positive = _DEFAULT_TIMING.hold_timeout_seconds
 
 
 class _ScenarioFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
@@ -197,7 +197,7 @@ def load_scenario(path: Path) -> Scenario:
             bind_delay_seconds=t.bind_delay_seconds,
             retry_backoff_seconds=t.retry_backoff_seconds,
             sample_interval_seconds=t.sample_interval_seconds,
-            reservation_timeout_seconds=t.reservation_timeout_seconds,
+            hold_timeout_seconds=t.hold_timeout_seconds,
         ),
     )
 

@@ -274,7 +274,7 @@ class Replay:
         self.blind = blind
         self.tick = tick
         self.now = 0.0
-        self.config: Config = variant.config(scenario.timing.reservation_timeout_seconds)
+        self.config: Config = variant.config(scenario.timing.hold_timeout_seconds)
         self.reasons = Reasons.for_resource(RESOURCE_NAME)
         specs = build_nodes(scenario.nodes, seed)
         self.truth = TrueNodes(specs)

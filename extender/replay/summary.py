@@ -154,7 +154,7 @@ class ScenarioSummary:
     placement_delay_seconds: float
     bind_delay_seconds: float
     retry_backoff_seconds: float
-    reservation_timeout_seconds: float
+    hold_timeout_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +296,7 @@ def summarise_scenario(scenario: Scenario, seed: int) -> ScenarioSummary:
         placement_delay_seconds=scenario.timing.placement_delay_seconds,
         bind_delay_seconds=scenario.timing.bind_delay_seconds,
         retry_backoff_seconds=scenario.timing.retry_backoff_seconds,
-        reservation_timeout_seconds=scenario.timing.reservation_timeout_seconds,
+        hold_timeout_seconds=scenario.timing.hold_timeout_seconds,
     )
 
 

@@ -98,7 +98,7 @@ def test_namespaces_scenario(helm: Helm) -> None:
     assert config.resource_name == "hugepages-1Gi"
     assert config.page_size_bytes == 1024**3
     vms = config.policy_for("vms")
-    assert (vms.mode, vms.need_from_memory, vms.widening, vms.reservation_timeout_seconds) == (
+    assert (vms.mode, vms.need_from_memory, vms.widening, vms.hold_timeout_seconds) == (
         Mode.ENFORCE,
         True,
         Widening.RESAMPLE,

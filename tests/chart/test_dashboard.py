@@ -23,7 +23,7 @@ REQUIRED = {
     "hugepage_extender_filter_outcomes_total",
     "hugepage_extender_fit_rejected_nodes_total",
     "hugepage_extender_widenings_total",
-    "hugepage_extender_inflight_placements",
+    "hugepage_extender_holds",
     "hugepage_extender_ready",
     "hugepage_extender_cached_nodes",
     "hugepage_extender_cached_pods",
@@ -46,7 +46,7 @@ def exported_series() -> set[str]:
     metrics.filter_outcomes.labels("shadow", "shadow").inc()
     metrics.fit_rejections.labels("shadow", "insufficient").inc()
     metrics.widenings.labels("fullscan").inc()
-    metrics.reservations.labels("filter").inc()
+    metrics.holds_placed.labels("filter").inc()
     metrics.binds.labels("bound").inc()
     metrics.events.labels("FailedScheduling").inc()
     metrics.shadow_rejected_pods.labels("payments").inc()

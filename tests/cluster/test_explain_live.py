@@ -88,7 +88,7 @@ def tls_extender(cell: Cell) -> Iterator[TLSExtender]:
     config = write_extender_config(
         cell.tmp_path,
         # Holds last long enough for the test to look at them.
-        {"namespaces": {cell.namespace: {"mode": "enforce", "reservationTimeoutSeconds": 300}}},
+        {"namespaces": {cell.namespace: {"mode": "enforce", "holdTimeoutSeconds": 300}}},
     )
     port, probe = free_port(), free_port()
     argv = [

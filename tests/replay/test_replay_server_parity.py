@@ -72,8 +72,8 @@ async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client
         decision, _ = replay.verbs.filter(plan.uid, plan.namespace, demand, names)
         answer = await post(client, "filter", {"Pod": msgspec.to_builtins(pod), "NodeNames": names})
         assert decision.passed == answer["NodeNames"]
-        assert replay.state.reservations() == server_state.reservations()
-        held_at_some_point += bool(server_state.reservations())
+        assert replay.state.holds() == server_state.holds()
+        held_at_some_point += bool(server_state.holds())
         if not decision.passed:
             continue
 
@@ -90,7 +90,7 @@ async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client
         if bind_verb is not None:
             binding = {"PodName": plan.uid, "PodNamespace": plan.namespace, "PodUID": plan.uid, "Node": node}
             assert await post(client, "bind", binding) == {"Error": ""}
-        assert replay.state.reservations() == server_state.reservations()
+        assert replay.state.holds() == server_state.holds()
 
         # Every third pick the oldest pod in flight shows up bound: both release its hold.
         in_flight.append((plan, node))
@@ -98,7 +98,7 @@ async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client
             landed, on = in_flight.pop(0)
             for state in (replay.state, server_state):
                 state.apply_pod(pod_object(landed, on))
-            assert replay.state.reservations() == server_state.reservations()
+            assert replay.state.holds() == server_state.holds()
             assert replay.state.accounts == server_state.accounts
 
     assert held_at_some_point  # the comparisons above were not between two empty ledgers

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import msgspec
 
 
-class Reservation(msgspec.Struct, frozen=True, gc=False):
+class Hold(msgspec.Struct, frozen=True, gc=False):
     nodes: tuple[str, ...]
     hugepage_bytes: int
     cpu_millis: int
@@ -27,14 +27,14 @@ class Reservation(msgspec.Struct, frozen=True, gc=False):
     held_at: float = 0.0  # when the pod's need was first held, kept when the hold narrows
 
 
-class InFlightLedger:
+class HoldLedger:
     def __init__(self) -> None:
-        self._by_uid: dict[str, Reservation] = {}
+        self._by_uid: dict[str, Hold] = {}
         self._bytes: defaultdict[str, int] = defaultdict(int)
         self._cpu: defaultdict[str, int] = defaultdict(int)
-        # Deadlines, soonest first: (expires_at, order of holding, uid, the reservation it was
-        # set for). An entry whose reservation was released or replaced is dropped when it comes up.
-        self._deadlines: list[tuple[float, int, str, Reservation]] = []
+        # Deadlines, soonest first: (expires_at, order of holding, uid, the hold it was
+        # set for). An entry whose hold was released or replaced is dropped when it comes up.
+        self._deadlines: list[tuple[float, int, str, Hold]] = []
         self._holds = itertools.count()
 
     def __len__(self) -> int:
@@ -47,46 +47,46 @@ class InFlightLedger:
         """Hugepage bytes and CPU millicores in flight to ``node``."""
         return self._bytes.get(node, 0), self._cpu.get(node, 0)
 
-    def reservations_of(self, uid: str) -> Reservation | None:
+    def hold_of(self, uid: str) -> Hold | None:
         return self._by_uid.get(uid)
 
-    def reservations(self) -> dict[str, Reservation]:
+    def holds(self) -> dict[str, Hold]:
         return dict(self._by_uid)
 
-    def hold(self, uid: str, reservation: Reservation) -> set[str]:
-        """Count ``uid`` against each of ``reservation.nodes``; returns the nodes whose totals changed."""
+    def hold(self, uid: str, hold: Hold) -> set[str]:
+        """Count ``uid`` against each of ``hold.nodes``; returns the nodes whose totals changed."""
         touched = self.release(uid)
-        self._by_uid[uid] = reservation
-        for node in reservation.nodes:
-            self._bytes[node] += reservation.hugepage_bytes
-            self._cpu[node] += reservation.cpu_millis
+        self._by_uid[uid] = hold
+        for node in hold.nodes:
+            self._bytes[node] += hold.hugepage_bytes
+            self._cpu[node] += hold.cpu_millis
         deadlines = self._deadlines
         if len(deadlines) > 2 * len(self._by_uid) + 64:
             # Pods held again and again leave stale entries: drop them, O(1) per hold overall.
             deadlines[:] = [entry for entry in deadlines if self._by_uid.get(entry[2]) is entry[3]]
             heapq.heapify(deadlines)
-        heapq.heappush(deadlines, (reservation.expires_at, next(self._holds), uid, reservation))
-        touched.update(reservation.nodes)
+        heapq.heappush(deadlines, (hold.expires_at, next(self._holds), uid, hold))
+        touched.update(hold.nodes)
         return touched
 
     def release(self, uid: str) -> set[str]:
-        reservation = self._by_uid.pop(uid, None)
-        if reservation is None:
+        hold = self._by_uid.pop(uid, None)
+        if hold is None:
             return set()
-        for node in reservation.nodes:
-            self._bytes[node] -= reservation.hugepage_bytes
-            self._cpu[node] -= reservation.cpu_millis
+        for node in hold.nodes:
+            self._bytes[node] -= hold.hugepage_bytes
+            self._cpu[node] -= hold.cpu_millis
             if not self._bytes[node] and not self._cpu[node]:
                 del self._bytes[node], self._cpu[node]
-        return set(reservation.nodes)
+        return set(hold.nodes)
 
     def expire(self, now: float) -> set[str]:
-        """Drop reservations past their deadline (the pod never showed up bound): O(log n) each."""
+        """Drop holds past their deadline (the pod never showed up bound): O(log n) each."""
         touched: set[str] = set()
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
-            _, _, uid, reservation = heapq.heappop(deadlines)
-            if self._by_uid.get(uid) is reservation:
+            _, _, uid, hold = heapq.heappop(deadlines)
+            if self._by_uid.get(uid) is hold:
                 touched |= self.release(uid)
         return touched
 
