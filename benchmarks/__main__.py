@@ -1,4 +1,4 @@
-"""python -m benchmarks [decision|http|scheduler|hold|memory|node_reports] [--quick] [--json FILE]"""
+"""python -m benchmarks [decision|http|full|scheduler|hold|memory|node_reports] [--quick] [--json FILE]"""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import decision, hold_to_bound, http_decision, memory, node_reports, scheduler
+from benchmarks import decision, full_cluster, hold_to_bound, http_decision, memory, node_reports, scheduler
 from benchmarks.stats import table
 
-KNOWN = ["decision", "http", "scheduler", "hold", "memory", "node_reports"]
+KNOWN = ["decision", "http", "full", "scheduler", "hold", "memory", "node_reports"]
 
 
 def machine() -> dict[str, Any]:
@@ -93,6 +93,14 @@ def main() -> int:
         http_decision.MEMORY_COLUMNS,
         lambda: serving,
         part="http",
+    )
+    section(
+        "full",
+        "Filter on full clusters over HTTP (one client, NodeNames, every node a candidate; null extender = 1)",
+        full_cluster.COLUMNS,
+        lambda: full_cluster.run(
+            nodes=5000, requests=20 if args.quick else 60, log=lambda line: print(line, file=sys.stderr)
+        ),
     )
     section(
         "scheduler",

@@ -99,12 +99,23 @@ def synthetic_cluster(
 
 
 def synthetic_state(
-    nodes: int, pods: int, config_document: dict[str, Any] | None = None, seed: int = 1
+    nodes: int, pods: int, config_document: dict[str, Any] | None = None, seed: int = 1, full_percent: int = 0
 ) -> tuple[Config, ClusterState]:
     """The state of ``synthetic_cluster`` alone: each document is dropped once read, as the
-    extender's reflector drops each object, so a process holding it weighs what the extender does."""
+    extender's reflector drops each object, so a process holding it weighs what the extender does.
+
+    ``full_percent``: that many nodes of every hundred get one more bound pod that takes what is
+    left of their pool (full by pod requests: a resolvable rejection, as in a busy cluster)."""
     rng = random.Random(seed)
-    return _state((node_document(i, rng) for i in range(nodes)), pods, config_document)
+    config, state = _state((node_document(i, rng) for i in range(nodes)), pods, config_document)
+    for i in range(nodes):
+        if i % 100 < full_percent:
+            name = f"node-{i:05d}"
+            account = state.accounts[name]
+            left = (account.total_pages - account.committed_pages) * account.page_size
+            if left > 0:
+                state.apply_pod(msgspec.convert(pod_document(f"fill-{i}", str(left), name), Pod))
+    return config, state
 
 
 def _state(

@@ -5,7 +5,7 @@ whose state holds the synthetic cluster of ``benchmarks.cluster`` (the same
 nodes the client puts in its requests; the documents themselves are not
 kept, so the process weighs what the extender does). Pods in namespace ``bench`` get the
 default best-of-K sample (K = 3), pods in ``bench-k0`` have every candidate
-examined (K = 0).
+examined (K = 0), pods in ``bench-shadow`` are in shadow mode (the default mode).
 
 Run: ``python -m benchmarks.extender_server --nodes 5000 --port 8898``.
 """
@@ -28,7 +28,7 @@ from extender.server import Extender, create_app
 CONFIG: dict[str, Any] = {
     "maxRequestBytes": MAX_BODY,
     "defaults": {"mode": "enforce", "sampleSize": 3, "widening": "fullscan"},
-    "namespaces": {"bench-k0": {"sampleSize": 0}},
+    "namespaces": {"bench-k0": {"sampleSize": 0}, "bench-shadow": {"mode": "shadow"}},
 }
 PODS_PER_NODE = 20
 MAX_PODS = 100_000
@@ -39,9 +39,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8898)
     parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--full-percent", type=int, default=0, help="nodes of every hundred whose pool is full")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    config, state = synthetic_state(args.nodes, min(args.nodes * PODS_PER_NODE, MAX_PODS), CONFIG)
+    config, state = synthetic_state(
+        args.nodes, min(args.nodes * PODS_PER_NODE, MAX_PODS), CONFIG, full_percent=args.full_percent
+    )
     freeze_cache()  # as `serve` does once its cache is listed
     extender = Extender(config, state, Metrics())
     asyncio.run(serve(create_app(extender), args.host, args.port))

@@ -103,6 +103,17 @@ def headroom_bytes(account: NodeAccount) -> int:
     return (account.total_pages - account.committed_pages - account.held_pages) * account.page_size
 
 
+def ceiling_bytes(account: NodeAccount) -> int:
+    """The largest request the node could ever hold, in bytes (whole pages): a larger one is
+    unresolvable (no pool, the whole pool too small, or what pages held outside pods leave);
+    equal to ``fits(...).unresolvable`` for every request of at least one byte."""
+    if not account.known:
+        return UNBOUNDED
+    if not account.has_pool:
+        return -1
+    return max(-1, (account.total_pages - account.reserved_pages) * account.page_size)
+
+
 def numa_headroom_bytes(account: NodeAccount) -> int:
     """The largest request one NUMA node can take (numaAligned), UNBOUNDED when not reported."""
     if account.numa_free_pages < 0 or not account.known:

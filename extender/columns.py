@@ -13,7 +13,7 @@ from operator import itemgetter
 import numpy as np
 import numpy.typing as npt
 
-from extender.capacity import UNBOUNDED, NodeAccount, headroom_bytes
+from extender.capacity import UNBOUNDED, NodeAccount, ceiling_bytes, headroom_bytes
 from extender.namelist import NameList
 
 IntColumn = npt.NDArray[np.int64]
@@ -28,6 +28,7 @@ _FIELDS = (
     "cpu_millis",
     "cpu_busy_millis",
     "headroom",  # capacity.headroom_bytes
+    "ceiling",  # capacity.ceiling_bytes
 )
 
 
@@ -38,6 +39,7 @@ class NodeColumns:
         self._size = 1  # slot 0: the unknown node
         self._columns: dict[str, IntColumn] = {f: np.zeros(capacity, dtype=np.int64) for f in _FIELDS}
         self._columns["headroom"][0] = UNBOUNDED  # an unknown node is admitted, as one without a pool
+        self._columns["ceiling"][0] = UNBOUNDED
         self._layout = 0  # changes whenever a name gets or loses a slot
         self._last: tuple[NameList, int, npt.NDArray[np.intp]] | None = None
 
@@ -62,6 +64,7 @@ class NodeColumns:
         c["cpu_millis"][slot] = _int64(account.cpu_millis)
         c["cpu_busy_millis"][slot] = _int64(account.cpu_requested_millis + account.held_cpu_millis)
         c["headroom"][slot] = _int64(headroom_bytes(account))
+        c["ceiling"][slot] = _int64(ceiling_bytes(account))
 
     def drop(self, name: str) -> None:
         slot = self._slot.pop(name, None)

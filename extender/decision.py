@@ -160,6 +160,9 @@ def filter_nodes(
             )
 
         columns = None
+    if policy.examines_every_candidate and _reads(columns, candidates, need):
+        assert columns is not None  # for the type checker: _reads says so
+        return _decide_every_on_columns(need, candidates, columns, policy.mode, reasons)
     if policy.examines_every_candidate:
         sample = _examine_every(need, candidates, room_of, columns)
     else:
@@ -217,21 +220,72 @@ def reads_columns(candidates: Sequence[str]) -> bool:
     return len(candidates) > VECTOR_THRESHOLD
 
 
+def _reads(columns: NodeColumns | None, candidates: Sequence[str], need: int) -> bool:
+    return columns is not None and reads_columns(candidates) and need <= UNBOUNDED
+
+
 def _examine_every(
     need: int, candidates: Sequence[str], room_of: Callable[[str, int], int], columns: NodeColumns | None
 ) -> Sample[str]:
     """Every candidate, split into those with room for ``need`` and the others, in order."""
-    if columns is None or not reads_columns(candidates) or need > UNBOUNDED:
-        kept: list[str] = []
-        rejected: list[str] = []
-        for name in candidates:
-            (kept if need <= room_of(name, UNBOUNDED) else rejected).append(name)
-        return Sample(kept, rejected, exhausted=True, widened=False)
-    admitted = need <= columns.column("headroom")[columns.slots(candidates)]
-    if admitted.all():
-        return Sample(candidates, [], exhausted=True, widened=False)  # echoed as it came
+    kept: list[str] = []
+    rejected: list[str] = []
+    for name in candidates:
+        (kept if need <= room_of(name, UNBOUNDED) else rejected).append(name)
+    return Sample(kept, rejected, exhausted=True, widened=False)
+
+
+def _decide_every_on_columns(
+    need: int, candidates: Sequence[str], columns: NodeColumns, mode: Mode, reasons: Reasons
+) -> FilterDecision:
+    """Shadow and K = 0 over many candidates: every verdict from numpy comparisons over the columns
+    (headroom: admitted; ceiling: unresolvable), no Python work per node but the names of the answer.
+    Property tests hold it equal to the per-node path (``fits`` on every account)."""
+    slots = columns.slots(candidates)
+    admitted = need <= columns.column("headroom")[slots]
+    unresolvable = need > columns.column("ceiling")[slots]  # only ever on rejected nodes
+    rejected_count = len(candidates) - int(np.count_nonzero(admitted))
+    unresolvable_count = int(np.count_nonzero(unresolvable))
+    if mode is Mode.SHADOW:
+        # Counted per candidate given (the verdicts are not sent: every node passes).
+        return FilterDecision(
+            passed=candidates,
+            outcome=Outcome.SHADOW,
+            insufficient=rejected_count - unresolvable_count,
+            exceeds_pool=unresolvable_count,
+            examined=len(candidates),
+        )
+    if not rejected_count:
+        return FilterDecision(passed=candidates, outcome=Outcome.FIT, examined=len(candidates))  # echoed as it came
     names = np.array(candidates.names() if isinstance(candidates, NameList) else candidates, dtype=object)
-    return Sample(names[admitted].tolist(), names[~admitted].tolist(), exhausted=True, widened=False)
+    # Constant reasons: one C-level dict build per kind of verdict.
+    failed = dict.fromkeys(names[~admitted & ~unresolvable].tolist(), reasons.insufficient)
+    unresolvable_names: dict[str, str] = {}
+    if unresolvable_count:
+        total = columns.column("total_pages")[slots]
+        page = columns.column("page_size")[slots]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need_pages = np.where(page > 0, -(-need // np.maximum(page, 1)), 0)
+        no_pool = unresolvable & ((total <= 0) | (page <= 0))
+        exceeds = unresolvable & ~no_pool & (need_pages > total)
+        held_outside = unresolvable & ~no_pool & ~exceeds
+        for mask, reason in (
+            (no_pool, reasons.no_pool),
+            (exceeds, reasons.exceeds_pool),
+            (held_outside, reasons.held_outside),
+        ):
+            unresolvable_names.update(dict.fromkeys(names[mask].tolist(), reason))
+    kept = names[admitted].tolist()
+    insufficient = len(failed)
+    return FilterDecision(
+        passed=kept,
+        failed=failed,
+        unresolvable=unresolvable_names,
+        outcome=Outcome.FIT if kept else Outcome.NO_HUGEPAGE_CAPACITY if insufficient else Outcome.NO_COMPATIBLE_NODE,
+        insufficient=insufficient,
+        exceeds_pool=len(unresolvable_names),
+        examined=len(candidates),
+    )
 
 
 @dataclass(frozen=True, slots=True)

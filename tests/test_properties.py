@@ -5,10 +5,10 @@ import random
 from collections.abc import Sequence
 
 import msgspec
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from extender.capacity import Fit, NodeAccount, fits, headroom_bytes, numa_headroom_bytes
+from extender.capacity import Fit, NodeAccount, ceiling_bytes, fits, headroom_bytes, numa_headroom_bytes
 from extender.columns import NodeColumns
 from extender.decision import VECTOR_THRESHOLD, Reasons, filter_nodes, prioritize_nodes
 from extender.namelist import NameList
@@ -100,6 +100,14 @@ def test_fullscan_never_fails_when_a_node_fits(
 @given(account=accounts(), demand=demands)
 def test_headroom_is_exactly_fits(account: NodeAccount, demand: PodDemand) -> None:
     assert fits(account, demand.hugepage_bytes).admits == (demand.hugepage_bytes <= headroom_bytes(account))
+
+
+@settings(max_examples=300, deadline=None)
+@given(account=accounts(), demand=demands)
+def test_ceiling_is_exactly_unresolvable(account: NodeAccount, demand: PodDemand) -> None:
+    assume(demand.hugepage_bytes > 0)
+    unresolvable = fits(account, demand.hugepage_bytes).unresolvable
+    assert unresolvable == (demand.hugepage_bytes > ceiling_bytes(account))
 
 
 @settings(max_examples=300, deadline=None)
