@@ -1,4 +1,4 @@
-"""python -m benchmarks [decision|http|scheduler|memory] [--quick] [--json FILE]"""
+"""python -m benchmarks [decision|http|scheduler|memory|node_reports] [--quick] [--json FILE]"""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import decision, http_decision, memory, scheduler
+from benchmarks import decision, http_decision, memory, node_reports, scheduler
 from benchmarks.stats import table
 
-KNOWN = ["decision", "http", "scheduler", "memory"]
+KNOWN = ["decision", "http", "scheduler", "memory", "node_reports"]
 
 
 def machine() -> dict[str, Any]:
@@ -105,6 +105,20 @@ def main() -> int:
         ),
     )
     section("memory", "Memory (RSS of the cluster cache)", memory.COLUMNS, lambda: memory.run(quick=args.quick))
+    section(
+        "node_report_writes",
+        "API writes per second from the node agents (real publish policy, simulated time)",
+        node_reports.WRITE_COLUMNS,
+        lambda: node_reports.writes(quick=args.quick),
+        part="node_reports",
+    )
+    section(
+        "node_report_updates",
+        "The extender's cost per node-agent record update",
+        node_reports.UPDATE_COLUMNS,
+        lambda: node_reports.updates(quick=args.quick),
+        part="node_reports",
+    )
     results["machine"]["loadavg_at_end"] = os.getloadavg()
     results["seconds"] = time.monotonic() - began
     if args.json:

@@ -1,4 +1,4 @@
-"""The ``hugepage-extender`` command: ``serve``, ``explain`` and ``replay``."""
+"""The ``hugepage-extender`` command: ``serve``, ``explain``, ``replay`` and ``node-agent``."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from extender.kube.client import api_client
 from extender.kube.events import PodEvents
 from extender.kube.informer import ClusterInformer, freeze_cache
 from extender.metrics import Metrics
+from extender.nodeagent.cli import add_parser as add_node_agent_parser
 from extender.objects import Pod
 from extender.quantity import QuantityError
 from extender.replay import add_parser as add_replay_parser
@@ -53,7 +54,7 @@ def _serve(args: argparse.Namespace) -> int:
     state = ClusterState(config)
     if not live:
         snapshot = load_snapshot(args.snapshot)
-        state.replace(snapshot.nodes, snapshot.pods)
+        state.replace(snapshot.nodes, snapshot.pods, snapshot.reports)
         del snapshot
         freeze_cache()
         source = args.snapshot or "the bundled example snapshot"
@@ -82,7 +83,7 @@ async def _serve_async(
         await _serve_apps(args, extender, tls)
         return
     api = api_client(args.kubeconfig, in_cluster=args.in_cluster)
-    informer = ClusterInformer(api, state)
+    informer = ClusterInformer(api, state, node_reports=args.node_reports)
     binder = ApiBinder(api, timeout_seconds=args.bind_timeout_seconds) if args.enable_bind else None
     events = (
         PodEvents(api, metrics, resource_name=config.resource_name, instance=socket.gethostname())
@@ -124,7 +125,8 @@ def _explain(args: argparse.Namespace) -> int:
     config = _config(args)
     state = ClusterState(config)
     snapshot = load_snapshot(args.snapshot)
-    state.replace(snapshot.nodes, snapshot.pods)
+    state.replace(snapshot.nodes, snapshot.pods, snapshot.reports)
+    state.expire_reports()
     pod = _read_pod(args.pod)
     namespace = pod.metadata.namespace or "default"
     policy = config.policy_for(namespace)
@@ -134,8 +136,9 @@ def _explain(args: argparse.Namespace) -> int:
         state.demand_of(pod),
         names,
         resource_name=config.resource_name,
-        accounts=state.accounts,
+        accounts=state.view_for(policy)[0],
         policy=policy,
+        reports=lambda name: state.report_view(name, policy.node_report_max_age_seconds),
     )
     if args.output == "json":
         print(json.dumps(result.as_dict(), indent=2))
@@ -188,6 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="post an Event on pods no node can take (live cluster only)",
     )
+    serve.add_argument(
+        "--node-reports",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="read the node agents' HugepageNodeReports (live cluster only; needs their CRD)",
+    )
     serve.set_defaults(run=_serve)
 
     exp = commands.add_parser("explain", help="show, node by node, whether a pod fits and how it scores")
@@ -197,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--output", choices=("table", "json"), default="table")
     exp.set_defaults(run=_explain)
     add_replay_parser(commands)
+    add_node_agent_parser(commands)
     return parser
 
 

@@ -1,16 +1,29 @@
 """The cluster as the extender's decisions see it: one NodeAccount per node.
 
 Fed by a snapshot file or by the list/watch of a live cluster (the same calls
-either way), and by the extender's own placements in flight. Every change
-rebuilds only the accounts of the nodes it touches, so a decision reads ready
-values and never walks pods.
+either way), by the node agents' records, and by the extender's own placements
+in flight. Every change rebuilds only the accounts of the nodes it touches, so a
+decision reads ready values and never walks pods.
+
+What a node's record changes (docs/design.md, "The node's own count"): while it is
+fresher than ``nodeReportMaxAgeSeconds``, the kernel's total caps the pool and its
+pages held outside pods are committed; older, or absent, the node is counted from pod
+requests alone (plus the manual annotation, which overrides the record where set).
+A malformed or absurd record or annotation is ignored, counted and logged: it never
+stops the state from loading.
 """
 
 from __future__ import annotations
 
+import heapq
+import logging
 import time
-from collections import ChainMap, defaultdict
+from collections import ChainMap, Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import StrEnum
+from typing import cast
 
 import msgspec
 
@@ -18,11 +31,36 @@ from extender.capacity import NodeAccount, headroom_bytes, hugepages_for
 from extender.columns import NodeColumns
 from extender.config import Config
 from extender.inflight import InFlightLedger, Reservation, nodes_of
+from extender.nodeagent.record import MAX_POOL_BYTES, PoolReport, ReportError, report_record
 from extender.objects import Node, Pod
 from extender.podrequest import PodDemand, pod_demand
-from extender.quantity import to_millis, to_units
+from extender.policy import Policy
+from extender.quantity import QuantityError, ceil_units, parse, to_millis, to_units
+
+log = logging.getLogger("extender.cluster")
 
 RESERVED_ANNOTATION_PREFIX = "hugepage-extender.io/reserved-"
+FUTURE_TOLERANCE_SECONDS = 300.0  # a record from further in the future than this is a broken clock
+
+
+class ReportState(StrEnum):
+    """What a node's agent record means for its accounting now."""
+
+    NONE = "none"  # no record (no agent): requests only
+    FRESH = "fresh"  # used: kernel total caps the pool, outside pages committed
+    STALE = "stale"  # older than nodeReportMaxAgeSeconds: requests only
+    IGNORED = "ignored"  # malformed or absurd: requests only
+
+
+@dataclass(frozen=True, slots=True)
+class ReportView:
+    """A node's record as ``explain`` shows it."""
+
+    state: ReportState
+    age_seconds: float | None = None
+    report: PoolReport | None = None
+    reason: str = ""
+
 
 # The records below hold only strings and integers, so they can form no reference
 # cycle: gc=False keeps 100,000 pods' records out of every garbage collection.
@@ -30,8 +68,10 @@ RESERVED_ANNOTATION_PREFIX = "hugepage-extender.io/reserved-"
 
 class NodeCapacity(msgspec.Struct, frozen=True, gc=False):
     total_pages: int
-    reserved_pages: int
+    reserved_pages: int  # from the manual annotation
     cpu_millis: int
+    annotated: bool = False  # the annotation is set (and readable): it overrides the agent's record
+    ignored: str = ""  # why the annotation was not read ("malformed", "absurd"), for the metric
 
 
 class PodUsage(msgspec.Struct, frozen=True, gc=False):
@@ -49,11 +89,27 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
 
 
 class ClusterState:
-    def __init__(self, config: Config, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: Config,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self._config = config
         self._page_size = config.page_size_bytes
         self._reserved_annotation = RESERVED_ANNOTATION_PREFIX + config.resource_name
         self._clock = clock
+        self._wall_clock = wall_clock  # records carry wall-clock times (observedAt)
+        self._max_age = config.placement.defaults.node_report_max_age_seconds
+        self._reports: dict[str, PoolReport] = {}
+        self._fresh: set[str] = set()  # nodes whose record is fresh under the defaults' max age
+        # (stale at, node): at most one entry per node, checked against its newest record when due,
+        # so a node whose agent writes often costs no more than one that writes rarely.
+        self._report_deadlines: list[tuple[float, str]] = []
+        self._scheduled: set[str] = set()  # nodes with an entry in _report_deadlines
+        self._ignored_reports: dict[str, str] = {}  # node -> why its record is not used
+        self.ignored: Counter[tuple[str, str]] = Counter()  # (input kind, reason) -> times seen
+        self.stale_reports = 0  # records that went stale while used
         self.accounts: dict[str, NodeAccount] = {}
         self.headroom: dict[str, int] = {}  # capacity.headroom_bytes of every account
         self._columns = NodeColumns()  # the accounts again, as numpy columns for scoring
@@ -82,6 +138,14 @@ class ClusterState:
         return self._columns
 
     @property
+    def resource_name(self) -> str:
+        return self._config.resource_name
+
+    @property
+    def page_size(self) -> int:
+        return self._page_size
+
+    @property
     def node_count(self) -> int:
         return len(self._nodes)
 
@@ -95,20 +159,26 @@ class ClusterState:
 
     def demand_of(self, pod: Pod) -> PodDemand:
         policy = self._config.policy_for(pod.metadata.namespace)
-        return pod_demand(pod, self._config.resource_name, need_from_memory=policy.need_from_memory)
+        return pod_demand(
+            pod, self._config.resource_name, need_from_memory=policy.need_from_memory, with_qos=policy.numa_aligned
+        )
 
     # -- feeding it ----------------------------------------------------------
 
-    def replace(self, nodes: Iterable[Node], pods: Iterable[Pod]) -> None:
+    def replace(
+        self, nodes: Iterable[Node], pods: Iterable[Pod], reports: Iterable[tuple[str, bytes | None]] = ()
+    ) -> None:
         """Load a full listing (a snapshot); marks the state ready.
 
         Every object is read before anything changes, so a bad object leaves
-        the previous state whole.
+        the previous state whole (a bad agent record is ignored, as in a live cluster).
         """
         capacities = [self.node_record(n) for n in nodes]
         records = [self.pod_record(p) for p in pods]
+        read = [report_record(name, raw, self.resource_name, self._page_size) for name, raw in reports]
         self.replace_nodes(capacities)
         self.replace_pods(records)
+        self.replace_reports(read)
         self.ready = True
 
     # Records are computed from objects by pure reads of the config, so a
@@ -122,7 +192,10 @@ class ClusterState:
 
     def replace_nodes(self, records: Iterable[tuple[str, NodeCapacity]]) -> None:
         """A relist of Nodes."""
-        self._install_nodes(dict(records))
+        nodes = dict(records)
+        for name, capacity in nodes.items():
+            self._count_ignored(name, capacity)
+        self._install_nodes(nodes)
 
     def replace_pods(self, records: Iterable[PodRecord]) -> None:
         """A relist of Pods. Placements in flight survive it unless the pod now shows bound."""
@@ -155,8 +228,128 @@ class ClusterState:
         self.apply_node_record(*self.node_record(node))
 
     def apply_node_record(self, name: str, capacity: NodeCapacity) -> None:
+        self._count_ignored(name, capacity)
         self._nodes[name] = capacity
         self._refresh({name})
+
+    def _count_ignored(self, name: str, capacity: NodeCapacity) -> None:
+        if capacity.ignored:
+            self.ignored["annotation", capacity.ignored] += 1
+
+    # -- the node agents' records ----------------------------------------------
+
+    def apply_report(self, name: str, report: PoolReport | None, error: ReportError | None = None) -> None:
+        """A node's record, read (``nodeagent.record.read_report``) in the watch thread: its figures
+        for the configured page size, None when it has none, or the error that made it unusable."""
+        self._forget_report(name)
+        if error is not None:
+            self._ignore_report(name, error.reason, str(error))
+        elif report is not None:
+            now = self._wall_clock()
+            if report.observed_at > now + FUTURE_TOLERANCE_SECONDS:
+                self._ignore_report(name, "future", f"observedAt is {report.observed_at - now:.0f} s ahead")
+            else:
+                self._reports[name] = report
+                if now - report.observed_at <= self._max_age:
+                    self._fresh.add(name)
+                    if name not in self._scheduled:
+                        heapq.heappush(self._report_deadlines, (report.observed_at + self._max_age, name))
+                        self._scheduled.add(name)
+        self._refresh({name})
+
+    def remove_report(self, name: str) -> None:
+        self._forget_report(name)
+        self._refresh({name})
+
+    def replace_reports(self, records: Iterable[tuple[str, PoolReport | None, ReportError | None]]) -> None:
+        """A relist of records."""
+        touched = set(self._reports) | set(self._ignored_reports)
+        self._reports.clear()
+        self._fresh.clear()
+        self._ignored_reports.clear()
+        self._report_deadlines.clear()
+        self._scheduled.clear()
+        for name, report, error in records:
+            self.apply_report(name, report, error)
+            touched.add(name)
+        self._refresh(touched)
+
+    def expire_reports(self) -> None:
+        """Records that are now older than the max age stop counting: O(1) when none is due."""
+        deadlines = self._report_deadlines
+        if not deadlines or deadlines[0][0] > (now := self._wall_clock()):
+            return
+        touched = set()
+        while deadlines and deadlines[0][0] <= now:
+            _, name = heapq.heappop(deadlines)
+            self._scheduled.discard(name)
+            report = self._reports.get(name)
+            if report is None or name not in self._fresh:
+                continue
+            stale_at = report.observed_at + self._max_age
+            if stale_at > now:  # a newer record came meanwhile: look again when that one is due
+                heapq.heappush(deadlines, (stale_at, name))
+                self._scheduled.add(name)
+                continue
+            self._fresh.discard(name)
+            self.stale_reports += 1
+            touched.add(name)
+            log.warning(
+                "node %s: agent record is %.0f s old (max %.0f s); counting the node from pod requests only",
+                name,
+                now - report.observed_at,
+                self._max_age,
+            )
+        self._refresh(touched)
+
+    def report_view(self, name: str, max_age: float | None = None) -> ReportView:
+        if (reason := self._ignored_reports.get(name)) is not None:
+            return ReportView(ReportState.IGNORED, reason=reason)
+        report = self._reports.get(name)
+        if report is None:
+            return ReportView(ReportState.NONE)
+        age = self._wall_clock() - report.observed_at
+        fresh = age <= (self._max_age if max_age is None else max_age)
+        return ReportView(ReportState.FRESH if fresh else ReportState.STALE, age, report)
+
+    def report_counts(self) -> dict[ReportState, int]:
+        """Nodes by the state of their record, under the defaults' max age."""
+        fresh = sum(1 for name in self._fresh if name in self._nodes)
+        reported = sum(1 for name in self._reports if name in self._nodes)
+        ignored = sum(1 for name in self._ignored_reports if name in self._nodes)
+        return {
+            ReportState.FRESH: fresh,
+            ReportState.STALE: reported - fresh,
+            ReportState.IGNORED: ignored,
+            ReportState.NONE: len(self._nodes) - reported - ignored,
+        }
+
+    def view_for(self, policy: Policy) -> tuple[Mapping[str, NodeAccount], Mapping[str, int], bool]:
+        """The accounts (and headroom) as a namespace whose ``nodeReportMaxAgeSeconds`` differs from
+        the defaults' sees them, and whether they differ. O(records) for such namespaces only."""
+        max_age = policy.node_report_max_age_seconds
+        if max_age == self._max_age or not self._reports:
+            return self.accounts, self.headroom, False
+        now = self._wall_clock()
+        overlay = {
+            name: self._account(name, fresh=fresh)
+            for name, report in self._reports.items()
+            if (fresh := now - report.observed_at <= max_age) != (name in self._fresh) and name in self._nodes
+        }
+        if not overlay:
+            return self.accounts, self.headroom, False
+        room = {name: headroom_bytes(account) for name, account in overlay.items()}
+        return ChainMap(overlay, self.accounts), ChainMap(room, self.headroom), True
+
+    def _forget_report(self, name: str) -> None:
+        self._reports.pop(name, None)
+        self._fresh.discard(name)
+        self._ignored_reports.pop(name, None)
+
+    def _ignore_report(self, name: str, reason: str, message: str) -> None:
+        self._ignored_reports[name] = reason
+        self.ignored["report", reason] += 1
+        log.warning("node %s: agent record ignored (%s); counting the node from pod requests only", name, message)
 
     def remove_node(self, name: str) -> None:
         self._nodes.pop(name, None)
@@ -198,11 +391,14 @@ class ClusterState:
         self._refresh(self._inflight.hold(uid, reservation))
         return True
 
-    def accounts_without(self, uid: str) -> Mapping[str, NodeAccount]:
-        """The accounts as the pod ``uid`` should see them: without its own hold."""
+    def accounts_without(
+        self, uid: str, accounts: Mapping[str, NodeAccount] | None = None
+    ) -> Mapping[str, NodeAccount]:
+        """The accounts (default: the state's) as the pod ``uid`` should see them: without its own hold."""
+        base = self.accounts if accounts is None else accounts
         reservation = self._inflight.reservations_of(uid)
         if reservation is None:
-            return self.accounts
+            return base
         own = {
             node: msgspec.structs.replace(
                 account,
@@ -210,9 +406,9 @@ class ClusterState:
                 pending_cpu_millis=account.pending_cpu_millis - reservation.cpu_millis,
             )
             for node in reservation.nodes
-            if (account := self.accounts.get(node)) is not None
+            if (account := base.get(node)) is not None
         }
-        return ChainMap(own, self.accounts)
+        return ChainMap(own, cast("dict[str, NodeAccount]", base))  # read, never written
 
     def release(self, uid: str) -> None:
         """Stop counting a placement in flight (its bind failed)."""
@@ -229,13 +425,24 @@ class ClusterState:
     def _capacity(self, node: Node) -> NodeCapacity:
         allocatable = node.status.allocatable or {}
         pool_bytes = to_units(allocatable.get(self._config.resource_name, 0))
-        annotations = node.metadata.annotations or {}
-        reserved_bytes = to_units(annotations.get(self._reserved_annotation, 0))
-        return NodeCapacity(
-            total_pages=pool_bytes // self._page_size,
-            reserved_pages=hugepages_for(reserved_bytes, self._page_size),
-            cpu_millis=to_millis(allocatable.get("cpu", 0)),
-        )
+        cpu_millis = to_millis(allocatable.get("cpu", 0))
+        raw = (node.metadata.annotations or {}).get(self._reserved_annotation)
+        if raw is None:
+            return NodeCapacity(pool_bytes // self._page_size, 0, cpu_millis)
+        # Anyone who may annotate Nodes can write here: read it defensively, never
+        # letting "NaN" or "1e999999" (a million-digit integer) near the arithmetic.
+        try:
+            value = parse(raw)
+            if not Decimal(0) <= value <= MAX_POOL_BYTES:
+                raise QuantityError(f"{raw[:40]!r} is more than any node holds")
+            reserved_pages = hugepages_for(ceil_units(value), self._page_size)
+        except (QuantityError, ArithmeticError, ValueError) as error:
+            reason = "absurd" if "more than any node" in str(error) else "malformed"
+            log.warning(
+                "node %s: annotation %s ignored (%s)", node.metadata.name, self._reserved_annotation, str(error)[:200]
+            )
+            return NodeCapacity(pool_bytes // self._page_size, 0, cpu_millis, ignored=reason)
+        return NodeCapacity(pool_bytes // self._page_size, reserved_pages, cpu_millis, annotated=True)
 
     def _usage(self, pod: Pod) -> PodUsage | None:
         node = pod.spec.node_name
@@ -252,14 +459,20 @@ class ClusterState:
         self._used_cpu[usage.node] -= usage.cpu_millis
         return {usage.node}
 
-    def _account(self, name: str) -> NodeAccount:
+    def _account(self, name: str, *, fresh: bool | None = None) -> NodeAccount:
         capacity = self._nodes[name]
         pending_bytes, pending_cpu = self._inflight.pending(name)
+        used = self._used_pages.get(name, 0)
+        total, reserved, numa_free = capacity.total_pages, capacity.reserved_pages, -1
+        report = self._reports.get(name) if (name in self._fresh if fresh is None else fresh) else None
+        if report is not None:
+            total, reserved, numa_free = _with_report(capacity, report, used)
         return NodeAccount(
-            page_size=self._page_size if capacity.total_pages else 0,
-            total_pages=capacity.total_pages,
-            used_pages=self._used_pages.get(name, 0),
-            reserved_pages=capacity.reserved_pages,
+            page_size=self._page_size,
+            total_pages=total,
+            used_pages=used,
+            reserved_pages=reserved,
+            numa_free_pages=numa_free,
             pending_bytes=pending_bytes,
             cpu_millis=capacity.cpu_millis,
             cpu_requested_millis=self._used_cpu.get(name, 0),
@@ -273,3 +486,26 @@ class ClusterState:
                 self.accounts[name] = account
                 self.headroom[name] = headroom_bytes(account)
                 self._stale_columns.add(name)
+
+
+def _with_report(capacity: NodeCapacity, report: PoolReport, used_pages: int) -> tuple[int, int, int]:
+    """(pool, pages held outside pods, best NUMA node's free pages) from a fresh record.
+
+    Pods can use at most min(allocatable, kernel total - outside) pages: the kubelet admits up to
+    allocatable, the kernel has what is not held outside pods. As an account, pool = min(allocatable,
+    kernel total) and outside = what the kubelet does not already keep out of allocatable (its
+    reserved hugepages are where system daemons belong): outside - (kernel total - pool), floored.
+    A NUMA node's free pages lose the kernel's unfaulted reservations (it does not say whose) and the
+    pages pods requested but do not hold yet (just bound, not started)."""
+    total = min(capacity.total_pages, report.total_pages)
+    if capacity.annotated:
+        reserved = capacity.reserved_pages
+    elif report.outside_pages is not None:
+        reserved = max(0, report.outside_pages - (report.total_pages - total))
+    else:
+        reserved = 0
+    numa_free = -1
+    if report.numa_free_pages:
+        not_yet_held = max(0, used_pages - report.pod_pages) if report.pod_pages is not None else used_pages
+        numa_free = max(0, max(report.numa_free_pages) - report.reserved_pages - not_yet_held)
+    return total, reserved, numa_free

@@ -42,6 +42,8 @@ class _PolicyFields(msgspec.Struct, rename="camel", forbid_unknown_fields=True, 
     alpha: Annotated[float, msgspec.Meta(ge=0)] | None = None
     reservation_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
     need_from_memory: bool | None = None
+    node_report_max_age_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    numa_aligned: bool | None = None
 
 
 class _ConfigFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):

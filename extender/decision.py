@@ -14,7 +14,15 @@ from enum import StrEnum
 import numpy as np
 import numpy.typing as npt
 
-from extender.capacity import NO_POOL_ACCOUNT, UNBOUNDED, Fit, NodeAccount, fits, headroom_bytes
+from extender.capacity import (
+    NO_POOL_ACCOUNT,
+    UNBOUNDED,
+    Fit,
+    NodeAccount,
+    fits,
+    headroom_bytes,
+    numa_headroom_bytes,
+)
 from extender.columns import NodeColumns
 from extender.namelist import NameList
 from extender.podrequest import PodDemand
@@ -47,6 +55,9 @@ class Reasons:
     insufficient: str
     exceeds_pool: str
     not_sampled: str
+    no_pool: str = ""
+    held_outside: str = ""
+    numa: str = ""
 
     @classmethod
     def for_resource(cls, resource_name: str) -> Reasons:
@@ -54,7 +65,18 @@ class Reasons:
             insufficient=f"Insufficient {resource_name} (pool in use or held by placements in flight)",
             exceeds_pool=f"Pod's {resource_name} request exceeds the node's whole pool",
             not_sampled="Not examined: outside the best-of-K sample",
+            no_pool=f"Node has no {resource_name} pool",
+            held_outside=f"Pod's {resource_name} request exceeds what pages held outside pods leave of the pool",
+            numa=f"No single NUMA node has the {resource_name} the pod needs free",
         )
+
+    def of(self, verdict: Fit) -> str:
+        return {
+            Fit.NO_POOL: self.no_pool,
+            Fit.EXCEEDS_POOL: self.exceeds_pool,
+            Fit.HELD_OUTSIDE: self.held_outside,
+            Fit.NUMA_INSUFFICIENT: self.numa,
+        }.get(verdict, self.insufficient)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +86,7 @@ class FilterDecision:
     unresolvable: dict[str, str] = field(default_factory=dict)  # the pool is too small
     outcome: Outcome = Outcome.PASSTHROUGH
     insufficient: int = 0  # nodes found without room (rejected, or would be in shadow)
-    exceeds_pool: int = 0  # nodes whose whole pool is smaller than the need
+    exceeds_pool: int = 0  # nodes that can never hold it: no pool, pool (less pages held outside) too small
     examined: int = 0
     widened: bool = False
 
@@ -123,6 +145,21 @@ def filter_nodes(
     need = demand.hugepage_bytes
     room = headroom if headroom is not None else _HeadroomOf(accounts)
     room_of = room.get
+    numa = policy.numa_aligned and demand.guaranteed
+    if numa:
+        # A pod pinned to one NUMA node (Guaranteed, single-numa-node nodes) also needs one node with
+        # the pages free; nodes that report no NUMA figures are judged on the whole pool.
+        whole_of = room_of
+
+        def room_of(name: str, default: int) -> int:
+            account = accounts.get(name)
+            return (
+                whole_of(name, default)
+                if account is None
+                else min(whole_of(name, default), numa_headroom_bytes(account))
+            )
+
+        columns = None
     if policy.examines_every_candidate:
         sample = _examine_every(need, candidates, room_of, columns)
     else:
@@ -131,7 +168,7 @@ def filter_nodes(
         )
     if policy.mode is Mode.SHADOW:
         # Counted per candidate given (the verdicts are not sent: every node passes).
-        exceeds = sum(1 for n in sample.rejected if fits(_account(accounts, n), need) is Fit.EXCEEDS_POOL)
+        exceeds = sum(1 for n in sample.rejected if fits(_account(accounts, n), need, numa_aligned=numa).unresolvable)
         return FilterDecision(
             passed=candidates,
             outcome=Outcome.SHADOW,
@@ -142,10 +179,8 @@ def filter_nodes(
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     for name in sample.rejected:
-        if fits(_account(accounts, name), need) is Fit.EXCEEDS_POOL:
-            unresolvable[name] = reasons.exceeds_pool
-        else:
-            failed[name] = reasons.insufficient
+        verdict = fits(_account(accounts, name), need, numa_aligned=numa)
+        (unresolvable if verdict.unresolvable else failed)[name] = reasons.of(verdict)
     insufficient, exceeds_pool = len(failed), len(unresolvable)
 
     if sample.kept:

@@ -2,15 +2,17 @@
 
 Uses the same ``fits`` and ``node_load`` as the verbs; only the presentation
 is new. Per-node figures are for operators (this table, logs, metrics), never
-for pod events.
+for pod events. With the node agents' records it shows, per node, what the
+node itself reported and how old that is, and whether the extender used it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 from extender.capacity import NO_POOL_ACCOUNT, Fit, NodeAccount, fits, hugepages_for
+from extender.cluster import ReportState, ReportView
 from extender.podrequest import PodDemand
 from extender.policy import Policy
 from extender.scoring import node_load, priority
@@ -29,6 +31,16 @@ class NodeExplanation:
     verdict: str
     load: float
     score: int
+    report: str = ReportState.NONE.value  # the agent's record: none, fresh (used), stale, ignored
+    report_age_seconds: float | None = None
+    report_source: str | None = None  # where the agent read the pods' pages
+    report_total_pages: int | None = None  # the kernel's pool
+    report_outside_pages: int | None = None  # held outside pods, as reported
+    report_reason: str = ""  # why an ignored record was ignored
+
+
+_ADMITTED = (Fit.FITS.value, Fit.UNKNOWN.value)
+_UNRESOLVABLE = tuple(f.value for f in Fit if f.unresolvable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,20 +51,39 @@ class Explanation:
     cpu_millis: int
     mode: str
     nodes: list[NodeExplanation]
+    node_report_max_age_seconds: float | None = None
 
     @property
     def summary(self) -> str:
         if not self.nodes:
             return "no candidate nodes"
-        admitted = sum(1 for n in self.nodes if n.verdict in (Fit.FITS.value, Fit.NO_POOL.value))
+        admitted = sum(1 for n in self.nodes if n.verdict in _ADMITTED)
         if admitted:
             return f"{admitted} of {len(self.nodes)} nodes can hold the pod"
-        if any(n.verdict == Fit.INSUFFICIENT.value for n in self.nodes):
+        if any(n.verdict not in _UNRESOLVABLE for n in self.nodes):
             return "no node with hugepage capacity: pools exist but are in use (add nodes or wait)"
-        return "no compatible node: every pool is smaller than the pod's need"
+        return (
+            "no compatible node: every node has no pool, or a pool (less pages held outside pods) "
+            "smaller than the pod's need"
+        )
+
+    @property
+    def fallback(self) -> str:
+        """Nodes counted from pod requests only because their agent's record is stale or ignored."""
+        stale = [n.node for n in self.nodes if n.report == ReportState.STALE.value]
+        ignored = [n.node for n in self.nodes if n.report == ReportState.IGNORED.value]
+        parts = []
+        if stale:
+            parts.append(
+                f"{len(stale)} node(s) counted from pod requests only: agent record older than "
+                f"nodeReportMaxAgeSeconds ({self.node_report_max_age_seconds:.0f} s): {', '.join(stale[:10])}"
+            )
+        if ignored:
+            parts.append(f"{len(ignored)} node(s) with an agent record ignored: {', '.join(ignored[:10])}")
+        return "\n".join(parts)
 
     def as_dict(self) -> dict[str, object]:
-        return {**asdict(self), "summary": self.summary}
+        return {**asdict(self), "summary": self.summary, "fallback": self.fallback}
 
 
 def explain(
@@ -63,11 +94,15 @@ def explain(
     resource_name: str,
     accounts: Mapping[str, NodeAccount],
     policy: Policy,
+    reports: Callable[[str], ReportView] | None = None,
 ) -> Explanation:
     rows = []
+    numa = policy.numa_aligned and demand.guaranteed
     for name in names:
         account = accounts.get(name, NO_POOL_ACCOUNT)
         load = node_load(account, demand, policy)
+        view = reports(name) if reports is not None else ReportView(ReportState.NONE)
+        report = view.report
         rows.append(
             NodeExplanation(
                 node=name,
@@ -78,23 +113,46 @@ def explain(
                 inflight_pages=account.pending_pages,
                 free_pages=account.free_pages,
                 need_pages=hugepages_for(demand.hugepage_bytes, account.page_size),
-                verdict=fits(account, demand.hugepage_bytes).value,
+                verdict=fits(account, demand.hugepage_bytes, numa_aligned=numa).value,
                 load=load,
                 score=priority(load),
+                report=view.state.value,
+                report_age_seconds=None if view.age_seconds is None else round(view.age_seconds, 1),
+                report_source=None if report is None else report.source,
+                report_total_pages=None if report is None else report.total_pages,
+                report_outside_pages=None if report is None else report.outside_pages,
+                report_reason=view.reason,
             )
         )
     rows.sort(key=lambda r: (-r.score, r.node))
-    return Explanation(pod, resource_name, demand.hugepage_bytes, demand.cpu_millis, policy.mode.value, rows)
+    return Explanation(
+        pod,
+        resource_name,
+        demand.hugepage_bytes,
+        demand.cpu_millis,
+        policy.mode.value,
+        rows,
+        policy.node_report_max_age_seconds,
+    )
 
 
-_COLUMNS = ("NODE", "POOL", "USED", "RESERVED", "IN FLIGHT", "FREE", "NEED", "VERDICT", "LOAD", "SCORE")
+_COLUMNS = ("NODE", "POOL", "USED", "RESERVED", "IN FLIGHT", "FREE", "NEED", "VERDICT", "LOAD", "SCORE", "AGENT RECORD")
+
+
+def _record_cell(n: NodeExplanation) -> str:
+    if n.report == ReportState.NONE.value:
+        return "none"
+    if n.report == ReportState.IGNORED.value:
+        return f"ignored ({n.report_reason})"
+    outside = "?" if n.report_outside_pages is None else str(n.report_outside_pages)
+    return f"{n.report} {n.report_age_seconds:.0f}s: kernel {n.report_total_pages}, outside {outside}"
 
 
 def render_table(explanation: Explanation) -> str:
     e = explanation
     lines = [
         f"pod {e.pod}: needs {e.need_bytes} bytes of {e.resource_name}, {e.cpu_millis}m CPU; mode {e.mode}",
-        "(pool, used, reserved, in flight, free and need are in pages)",
+        "(pool, used, reserved, in flight, free and need are in pages; reserved = held outside pods)",
         "",
     ]
     cells = [_COLUMNS] + [
@@ -109,6 +167,7 @@ def render_table(explanation: Explanation) -> str:
             n.verdict,
             "inf" if n.load == float("inf") else f"{n.load:.3f}",
             str(n.score),
+            _record_cell(n),
         )
         for n in e.nodes
     ]
@@ -116,4 +175,6 @@ def render_table(explanation: Explanation) -> str:
     for row in cells:
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     lines += ["", e.summary]
+    if e.fallback:
+        lines.append(e.fallback)
     return "\n".join(lines)

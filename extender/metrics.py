@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.registry import Collector
 
 from extender.cluster import ClusterState
 
@@ -64,6 +67,7 @@ class Metrics:
         self.pods = Gauge("hugepage_extender_cached_pods", "Bound, non-terminal pods in the cache.", registry=r)
         self.inflight = Gauge("hugepage_extender_inflight_placements", "Placements in flight now.", registry=r)
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
+        self._state_collector: _StateCollector | None = None
 
     def child(self, metric: M, *labels: str) -> M:
         """``metric.labels(*labels)``, kept: every request counts in a few of them, and
@@ -76,7 +80,46 @@ class Metrics:
 
     def watch_state(self, state: ClusterState) -> None:
         """Gauges read the state at scrape time, so they are never stale."""
+        if self._state_collector is None:
+            self._state_collector = _StateCollector(state)
+            self.registry.register(self._state_collector)
         self.ready.set_function(lambda: 1.0 if state.ready else 0.0)
         self.nodes.set_function(lambda: float(state.node_count))
         self.pods.set_function(lambda: float(state.pod_count))
         self.inflight.set_function(lambda: float(state.inflight_count))
+
+
+class _StateCollector(Collector):
+    """The node agents' records and the inputs the state ignored, read from the state at scrape time."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        # Records age while nothing happens; decisions expire them as they go, a scrape does too
+        # (both on the event loop, the state's only thread), so the gauge is right when nobody schedules.
+        self._state.expire_reports()
+        reports = GaugeMetricFamily(
+            "hugepage_extender_node_reports",
+            "Nodes by the state of their agent record: fresh (used), stale (older than nodeReportMaxAgeSeconds: "
+            "requests-only accounting), ignored (malformed or absurd), none (no agent).",
+            labels=["state"],
+        )
+        for state, count in self._state.report_counts().items():
+            reports.add_metric([state.value], float(count))
+        yield reports
+        stale = CounterMetricFamily(
+            "hugepage_extender_node_reports_gone_stale",
+            "Agent records that went stale while in use, so their node fell back to requests-only accounting.",
+        )
+        stale.add_metric([], float(self._state.stale_reports))
+        yield stale
+        ignored = CounterMetricFamily(
+            "hugepage_extender_ignored_node_inputs",
+            "Node annotations and agent records the extender ignored, by kind and reason (malformed, absurd, huge, "
+            "future); each also logged.",
+            labels=["kind", "reason"],
+        )
+        for (kind, reason), count in sorted(self._state.ignored.items()):
+            ignored.add_metric([kind, reason], float(count))
+        yield ignored

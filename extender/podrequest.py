@@ -26,6 +26,7 @@ class PodDemand:
 
     hugepage_bytes: int
     cpu_millis: int
+    guaranteed: bool = False  # Guaranteed QoS: what a single-numa-node Topology Manager pins to one NUMA node
 
     @property
     def wants_hugepages(self) -> bool:
@@ -72,12 +73,30 @@ def effective_request(spec: PodSpec, name: str) -> Decimal:
     return total + _from_list(spec.overhead, name)
 
 
-def pod_demand(pod: Pod, resource_name: str, *, need_from_memory: bool) -> PodDemand:
+def _guaranteed(spec: PodSpec) -> bool:
+    """Guaranteed QoS (k8s.io/kubernetes pkg/apis/core/v1/helper/qos): every container sets cpu and
+    memory limits, and its requests (defaulted to the limits) equal them."""
+    containers = [*spec.containers, *(spec.init_containers or ())]
+    if not containers:
+        return False
+    for container in containers:
+        resources = container.resources
+        limits = (resources.limits if resources is not None else None) or {}
+        requests = (resources.requests if resources is not None else None) or {}
+        for name in ("cpu", "memory"):
+            if name not in limits:
+                return False
+            if name in requests and parse(requests[name]) != parse(limits[name]):
+                return False
+    return True
+
+
+def pod_demand(pod: Pod, resource_name: str, *, need_from_memory: bool, with_qos: bool = False) -> PodDemand:
     """The pod's need for ``resource_name`` (e.g. ``hugepages-2Mi``) and CPU.
 
     With ``need_from_memory`` (VM-backed pods whose guest RAM is backed by
     hugepages), a pod that requests no hugepages needs its memory request in
-    hugepages instead.
+    hugepages instead. ``with_qos``: also tell whether the pod is Guaranteed (numaAligned namespaces).
     """
     hugepage_bytes = ceil_units(effective_request(pod.spec, resource_name))
     if hugepage_bytes == 0 and need_from_memory:
@@ -85,4 +104,5 @@ def pod_demand(pod: Pod, resource_name: str, *, need_from_memory: bool) -> PodDe
     return PodDemand(
         hugepage_bytes=hugepage_bytes,
         cpu_millis=ceil_millis(effective_request(pod.spec, "cpu")),
+        guaranteed=with_qos and _guaranteed(pod.spec),
     )

@@ -36,6 +36,8 @@ class Policy:
     alpha: float = 0.5
     reservation_timeout_seconds: float = 30.0
     need_from_memory: bool = False
+    node_report_max_age_seconds: float = 1800.0  # older node-agent records: requests-only accounting
+    numa_aligned: bool = False  # Guaranteed pods need one NUMA node with the pages (single-numa-node nodes)
 
     @property
     def examines_every_candidate(self) -> bool:

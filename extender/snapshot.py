@@ -2,13 +2,14 @@
 
 Accepts what ``kubectl get nodes,pods -A -o yaml`` (or ``-o json``) writes: a
 ``List`` of objects; also NodeList/PodList, bare objects, and several YAML
-documents in one file.
+documents in one file. The node agents' records come along with
+``kubectl get nodes,pods,hugepagenodereports -A -o yaml``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ class SnapshotError(ValueError):
 class Snapshot:
     nodes: list[Node]
     pods: list[Pod]
+    reports: list[tuple[str, bytes | None]] = field(default_factory=list)  # HugepageNodeReport name, report JSON
 
 
 def _objects(document: Any, where: str) -> Iterator[tuple[str, Any]]:
@@ -67,6 +69,7 @@ def parse_snapshot(text: str, source: str = "snapshot") -> Snapshot:
     documents = _documents(text, source)
     nodes: list[Node] = []
     pods: list[Pod] = []
+    reports: list[tuple[str, bytes | None]] = []
     for doc_index, document in enumerate(documents):
         for kind, obj in _objects(document, f"{source}[{doc_index}]"):
             try:
@@ -74,10 +77,14 @@ def parse_snapshot(text: str, source: str = "snapshot") -> Snapshot:
                     nodes.append(msgspec.convert(obj, Node))
                 elif kind == "Pod":
                     pods.append(msgspec.convert(obj, Pod))
+                elif kind == "HugepageNodeReport":
+                    report = obj.get("report")
+                    name = str((obj.get("metadata") or {}).get("name", ""))
+                    reports.append((name, None if report is None else msgspec.json.encode(report)))
             except msgspec.ValidationError as error:
                 name = (obj.get("metadata") or {}).get("name", "?")
                 raise SnapshotError(f"{source}: {kind} {name}: {error}") from None
-    return Snapshot(nodes, pods)
+    return Snapshot(nodes, pods, reports)
 
 
 def load_snapshot(path: Path | None) -> Snapshot:

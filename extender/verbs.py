@@ -44,19 +44,23 @@ class ExtenderVerbs:
         Returns the decision and whether a hold was placed."""
         policy = self.config.policy_for(namespace)
         self.state.expire_reservations()
+        self.state.expire_reports()
         # A new attempt for this pod: its previous attempt's hold is over, and must not
         # count against the pod itself.
         self.state.release(uid)
+        accounts, headroom, differs = self.state.view_for(policy)
         decision = filter_nodes(
             demand,
             candidates,
-            accounts=self.state.accounts,
+            accounts=accounts,
             policy=policy,
             reasons=self.reasons,
             rng=self.rng,
-            headroom=self.state.headroom,
-            # Read only when used: reading brings the columns up to date.
-            columns=self.state.columns if policy.examines_every_candidate and reads_columns(candidates) else None,
+            headroom=headroom,
+            # Read only when used: reading brings the columns up to date. They hold the defaults' view.
+            columns=self.state.columns
+            if policy.examines_every_candidate and reads_columns(candidates) and not differs
+            else None,
         )
         held = False
         if demand.wants_hugepages:
@@ -70,7 +74,8 @@ class ExtenderVerbs:
     def prioritize(self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str]) -> HostScores:
         """Scores as if the pod's own hold were not there: it is the pod being placed."""
         policy = self.config.policy_for(namespace)
-        accounts = self.state.accounts_without(uid)
+        view, _, _ = self.state.view_for(policy)
+        accounts = self.state.accounts_without(uid, view)
         # The columns hold no overlay, and are read only when used (reading brings them up to date).
         columns = self.state.columns if accounts is self.state.accounts and reads_columns(candidates) else None
         return prioritize_nodes(demand, candidates, accounts=accounts, policy=policy, columns=columns)

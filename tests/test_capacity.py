@@ -25,8 +25,9 @@ def test_hugepages_for_rounds_up(nbytes: int, page: int, pages: int) -> None:
 @pytest.mark.parametrize(
     ("case", "account", "need_mib", "verdict"),
     [
-        ("no pool reported: unknown, left to the score", NodeAccount(), 512, Fit.NO_POOL),
-        ("page size 0 is no pool", NodeAccount(total_pages=1000), 512, Fit.NO_POOL),
+        ("a node the extender does not know: left to the scheduler", NodeAccount(), 512, Fit.UNKNOWN),
+        ("page size 0 is a node not known", NodeAccount(total_pages=1000), 512, Fit.UNKNOWN),
+        ("no pool: the kubelet reports none, or zero (unresolvable)", pool(0), 512, Fit.NO_POOL),
         ("empty pool of 1000 pages holds 256", pool(1000), 512, Fit.FITS),
         ("exactly full after placing: 1000 - 744 = 256 = need", pool(1000, used=500, reserved=244), 512, Fit.FITS),
         ("near-full: 1000 - 745 = 255 < 256", pool(1000, used=500, reserved=245), 512, Fit.INSUFFICIENT),
@@ -36,14 +37,45 @@ def test_hugepages_for_rounds_up(nbytes: int, page: int, pages: int) -> None:
         ("in flight that still leaves room: 500 >= 256 + 244", pool(1000, used=500, pending_mib=488), 512, Fit.FITS),
         ("request larger than the whole pool: 1001 > 1000", pool(1000), 2002, Fit.EXCEEDS_POOL),
         ("whole pool exactly, empty", pool(1000), 2000, Fit.FITS),
+        (
+            "held outside pods leave 1000 - 300 = 700 < 701 (unresolvable)",
+            pool(1000, reserved=300),
+            1402,
+            Fit.HELD_OUTSIDE,
+        ),
+        ("held outside pods leave 700 = need", pool(1000, reserved=300), 1400, Fit.FITS),
+        ("pods' pages are resolvable: 1000 - 300 < 701, no outside", pool(1000, used=300), 1402, Fit.INSUFFICIENT),
     ],
 )
 def test_fits(case: str, account: NodeAccount, need_mib: int, verdict: Fit) -> None:
     assert fits(account, need_mib * MiB) is verdict, case
 
 
-def test_only_fits_and_no_pool_admit() -> None:
-    assert [f for f in Fit if f.admits] == [Fit.NO_POOL, Fit.FITS]
+def test_only_fits_and_unknown_admit() -> None:
+    assert [f for f in Fit if f.admits] == [Fit.UNKNOWN, Fit.FITS]
+    assert [f for f in Fit if f.unresolvable] == [Fit.NO_POOL, Fit.EXCEEDS_POOL, Fit.HELD_OUTSIDE]
+
+
+def numa_pool(total: int, numa_free: int, used: int = 0, pending_mib: int = 0) -> NodeAccount:
+    return NodeAccount(
+        page_size=PAGE, total_pages=total, used_pages=used, pending_bytes=pending_mib * MiB, numa_free_pages=numa_free
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "account", "need_mib", "aligned", "verdict"),
+    [
+        ("best NUMA node has 300 >= 256", numa_pool(1000, 300), 512, True, Fit.FITS),
+        ("best NUMA node has 255 < 256, the node 1000", numa_pool(1000, 255), 512, True, Fit.NUMA_INSUFFICIENT),
+        ("not aligned: the whole pool counts", numa_pool(1000, 255), 512, False, Fit.FITS),
+        ("in flight counts on the NUMA node too: 300 < 256 + 50", numa_pool(1000, 300, pending_mib=100), 512, True,
+         Fit.NUMA_INSUFFICIENT),
+        ("no NUMA figures (-1): the whole pool", numa_pool(1000, -1), 512, True, Fit.FITS),
+        ("the whole pool first: 1000 - 900 < 256", numa_pool(1000, 500, used=900), 512, True, Fit.INSUFFICIENT),
+    ],
+)  # fmt: skip
+def test_fits_numa_aligned(case: str, account: NodeAccount, need_mib: int, aligned: bool, verdict: Fit) -> None:
+    assert fits(account, need_mib * MiB, numa_aligned=aligned) is verdict, case
 
 
 def test_free_pages_never_negative() -> None:

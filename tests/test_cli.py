@@ -28,7 +28,8 @@ def test_explain_prints_a_readable_table(capsys: pytest.CaptureFixture[str]) -> 
         assert column in header
     assert any(line.startswith("hp-full") and "insufficient" in line for line in lines)
     assert any(line.startswith("hp-small") and "exceeds pool" in line for line in lines)
-    assert lines[-1] == "6 of 8 nodes can hold the pod"
+    assert any(line.startswith("plain-1") and "no pool" in line for line in lines)
+    assert lines[-1] == "4 of 8 nodes can hold the pod"
 
 
 def test_explain_json_for_chosen_nodes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.capacity import Fit, NodeAccount, fits, headroom_bytes
+from extender.capacity import Fit, NodeAccount, fits, headroom_bytes, numa_headroom_bytes
 from extender.columns import NodeColumns
 from extender.decision import VECTOR_THRESHOLD, Reasons, filter_nodes, prioritize_nodes
 from extender.namelist import NameList
@@ -24,13 +24,14 @@ REASONS = Reasons.for_resource("hugepages-2Mi")
 def accounts(draw: st.DrawFn) -> NodeAccount:
     total = draw(st.integers(0, 2000))
     return NodeAccount(
-        page_size=PAGE if total else 0,
+        page_size=draw(st.sampled_from([PAGE, PAGE, PAGE, 0])),  # 0: a node the extender does not know
         total_pages=total,
         used_pages=draw(st.integers(0, 2200)),
         reserved_pages=draw(st.integers(0, 300)),
         pending_bytes=draw(st.integers(0, 400)) * PAGE // draw(st.sampled_from([1, 3])),
         cpu_millis=draw(st.integers(0, 64_000)),
         cpu_requested_millis=draw(st.integers(0, 64_000)),
+        numa_free_pages=draw(st.one_of(st.just(-1), st.integers(0, 2000))),
     )
 
 
@@ -49,7 +50,9 @@ policies = st.builds(
 @given(account=accounts(), demand=demands)
 def test_fits_is_exactly_a_committed_load_of_at_most_one(account: NodeAccount, demand: PodDemand) -> None:
     verdict = fits(account, demand.hugepage_bytes)
-    if not account.has_pool:
+    if not account.known:
+        assert verdict is Fit.UNKNOWN
+    elif not account.has_pool:
         assert verdict is Fit.NO_POOL
     else:
         assert (verdict is Fit.FITS) == (hugepage_load(account, demand, alpha=0.0) <= 1.0)
@@ -97,6 +100,13 @@ def test_fullscan_never_fails_when_a_node_fits(
 @given(account=accounts(), demand=demands)
 def test_headroom_is_exactly_fits(account: NodeAccount, demand: PodDemand) -> None:
     assert fits(account, demand.hugepage_bytes).admits == (demand.hugepage_bytes <= headroom_bytes(account))
+
+
+@settings(max_examples=300, deadline=None)
+@given(account=accounts(), demand=demands)
+def test_numa_headroom_is_exactly_fits_numa_aligned(account: NodeAccount, demand: PodDemand) -> None:
+    room = min(headroom_bytes(account), numa_headroom_bytes(account))
+    assert fits(account, demand.hugepage_bytes, numa_aligned=True).admits == (demand.hugepage_bytes <= room)
 
 
 @settings(max_examples=200, deadline=None)

@@ -30,6 +30,7 @@ NODES = [
     make_node("full", hugepages="2Gi"),
     make_node("small", hugepages="512Mi"),
     make_node("plain"),
+    make_node("roomy-2", hugepages="4Gi"),
 ]
 PODS = [make_pod("hog", hugepages="2Gi", node="full", phase="Running")]
 
@@ -80,11 +81,12 @@ async def post(client: Client, verb: str, body: Any) -> tuple[int, Any]:
 async def test_filter_node_names_mode(client: Client) -> None:
     status, result = await post(client, "filter", args())
     assert status == 200
-    assert result["NodeNames"] == ["roomy", "plain"]
+    assert result["NodeNames"] == ["roomy"]
     assert result["Nodes"] is None
     assert result["FailedNodes"] == {"full": "Insufficient hugepages-2Mi (pool in use or held by placements in flight)"}
     assert result["FailedAndUnresolvableNodes"] == {
-        "small": "Pod's hugepages-2Mi request exceeds the node's whole pool"
+        "small": "Pod's hugepages-2Mi request exceeds the node's whole pool",
+        "plain": "Node has no hugepages-2Mi pool",  # the kubelet reports none: known empty, preemption cannot help
     }
     assert result["Error"] == ""
 
@@ -92,7 +94,7 @@ async def test_filter_node_names_mode(client: Client) -> None:
 async def test_filter_full_nodes_mode_echoes_the_admitted_objects(client: Client) -> None:
     status, result = await post(client, "filter", full_args())
     assert status == 200
-    assert result["Nodes"]["items"] == [node_json("roomy"), node_json("plain")]
+    assert result["Nodes"]["items"] == [node_json("roomy")]
     assert result["NodeNames"] is None
     assert set(result["FailedNodes"]) == {"full"}
 
@@ -101,9 +103,9 @@ async def test_keys_in_any_casing_are_accepted(client: Client) -> None:
     body = {k.lower(): v for k, v in args().items()}
     status, result = await post(client, "filter", body)
     assert status == 200
-    assert result["NodeNames"] == ["roomy", "plain"]
+    assert result["NodeNames"] == ["roomy"]
     body = {"POD": body["pod"], "nodeNames": body["nodenames"]}
-    assert (await post(client, "filter", body))[1]["NodeNames"] == ["roomy", "plain"]
+    assert (await post(client, "filter", body))[1]["NodeNames"] == ["roomy"]
 
 
 @pytest.mark.parametrize("namespace", ["canary", "legacy", "hugepage-extender"])
@@ -117,7 +119,8 @@ async def test_shadow_counts_would_be_rejections(client: Client) -> None:
     await post(client, "filter", args("canary"))
     metrics = await (await client.get("/metrics")).text()
     assert 'hugepage_extender_fit_rejected_nodes_total{mode="shadow",reason="insufficient"} 1.0' in metrics
-    assert 'hugepage_extender_fit_rejected_nodes_total{mode="shadow",reason="exceeds_pool"} 1.0' in metrics
+    # small (pool too small) and plain (no pool): unresolvable
+    assert 'hugepage_extender_fit_rejected_nodes_total{mode="shadow",reason="exceeds_pool"} 2.0' in metrics
     assert 'hugepage_extender_filter_outcomes_total{mode="shadow",outcome="shadow"} 1.0' in metrics
 
 
@@ -157,11 +160,11 @@ async def test_a_few_survivors_each_hold_the_need_until_the_pod_is_seen(
 ) -> None:
     config = build_config({"defaults": {"mode": "enforce", "sampleSize": 3}}, {})
     client = await aiohttp_client(create_app(Extender(config, state, Metrics(), rng=random.Random(1))))
-    status, result = await post(client, "filter", args(names=["roomy", "plain", "full"]))
+    status, result = await post(client, "filter", args(names=["roomy", "roomy-2", "full"]))
     assert status == 200
-    assert sorted(result["NodeNames"]) == ["plain", "roomy"]
+    assert sorted(result["NodeNames"]) == ["roomy", "roomy-2"]
     assert state.accounts["roomy"].pending_bytes == 1 << 30
-    assert state.accounts["plain"].pending_bytes == 1 << 30
+    assert state.accounts["roomy-2"].pending_bytes == 1 << 30
     assert state.inflight_count == 1
 
 
@@ -244,7 +247,7 @@ async def test_metrics_count_requests_and_bad_requests(client: Client) -> None:
     assert 'hugepage_extender_requests_total{code="200",verb="filter"} 1.0' in metrics
     assert 'hugepage_extender_requests_total{code="400",verb="filter"} 1.0' in metrics
     assert "hugepage_extender_ready 1.0" in metrics
-    assert "hugepage_extender_cached_nodes 4.0" in metrics
+    assert "hugepage_extender_cached_nodes 5.0" in metrics
 
 
 async def test_posts_to_other_paths_are_404_and_leave_no_metric_series(client: Client) -> None:

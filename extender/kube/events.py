@@ -34,9 +34,9 @@ def event_for(outcome: Outcome, resource_name: str, need_bytes: int) -> tuple[st
     need = _human_bytes(need_bytes)
     if outcome is Outcome.NO_COMPATIBLE_NODE:
         return REASON_NO_COMPATIBLE, (
-            f"No candidate node can ever hold this pod's {need} of {resource_name}: every node's pool is smaller "
-            "than the request, or no node passed the scheduler's other checks. Lower the request, or add nodes "
-            "with larger pools."
+            f"No candidate node can ever hold this pod's {need} of {resource_name}: every node has no pool, or a "
+            "pool (less pages held outside pods) smaller than the request, or no node passed the scheduler's other "
+            "checks. Lower the request, or add nodes with larger pools."
         )
     return REASON_NO_CAPACITY, (
         f"No node has {need} of {resource_name} free right now: pools are in use or held by placements in "

@@ -1,13 +1,17 @@
-"""Keeps a ClusterState in step with the cluster: one reflector for Nodes, one for Pods.
+"""Keeps a ClusterState in step with the cluster: one reflector for Nodes, one for Pods,
+and one for the node agents' HugepageNodeReports.
 
-The state is ready once both have listed once; until then the extender makes
-no decision. Objects the extender cannot read are logged and counted as
-holding nothing, so one odd object never stalls the watch.
+The state is ready once Nodes and Pods have listed once; until then the extender makes
+no decision. The records are not waited for: without them (no agents, the CRD not
+installed) every node is counted from pod requests, as before. Objects the extender
+cannot read are logged and counted as holding nothing, so one odd object never
+stalls the watch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import threading
@@ -18,6 +22,7 @@ from kubernetes import client
 
 from extender.cluster import ClusterState, NodeCapacity, PodRecord
 from extender.kube.reflector import Handlers, Reflector, Resource
+from extender.nodeagent.record import GROUP, PLURAL, VERSION, ReportObject, ReportRecord, report_record
 from extender.objects import Node, Pod
 from extender.quantity import QuantityError
 
@@ -40,6 +45,7 @@ def freeze_cache() -> None:
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 NodeRecord = tuple[str, NodeCapacity]
+REPORT_EXPIRY_SECONDS = 2.0
 
 
 class ClusterInformer:
@@ -50,8 +56,11 @@ class ClusterInformer:
         *,
         read_timeout_seconds: float = 90.0,
         watch_timeout_seconds: int = 300,
+        node_reports: bool = True,
     ) -> None:
         self._core = client.CoreV1Api(api)
+        self._custom = client.CustomObjectsApi(api)
+        self._node_reports = node_reports
         self._state = state
         self._stop = threading.Event()
         self._synced: set[str] = set()
@@ -78,10 +87,33 @@ class ClusterInformer:
             **self._timeouts,  # type: ignore[arg-type]
         )
         self.reflectors = {"nodes": nodes, "pods": pods}
+        if self._node_reports:
+            self._expire_reports_every(loop, REPORT_EXPIRY_SECONDS)
+            list_reports = functools.partial(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+            reports: Reflector[ReportObject, ReportRecord] = Reflector(
+                Resource(PLURAL, list_reports, ReportObject, self._report_record),
+                Handlers(self._state.replace_reports, self._report_upserted, self._report_deleted),
+                post,
+                stop=self._stop,
+                **self._timeouts,  # type: ignore[arg-type]
+            )
+            self.reflectors[PLURAL] = reports
         for name, reflector in self.reflectors.items():
             thread = threading.Thread(target=reflector.run, name=f"watch-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
+
+    def _expire_reports_every(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        """Records age while nothing happens: look every few seconds (O(1) when none is due), so a
+        stopped agent's node falls back (log, metric) even when no pod is being scheduled."""
+
+        def tick() -> None:
+            if self._stop.is_set():
+                return
+            self._guarded(self._state.expire_reports)
+            loop.call_later(seconds, tick)
+
+        loop.call_later(seconds, tick)
 
     def stop(self) -> None:
         """Ask the watch threads to end; they are daemons, so exit never waits on a socket."""
@@ -104,7 +136,16 @@ class ClusterInformer:
             log.warning("pod %s/%s: %s; counting it as holding nothing", meta.namespace, meta.name, error)
             return PodRecord(meta.uid, None, pod.is_terminal)
 
+    def _report_record(self, obj: ReportObject) -> ReportRecord:
+        return report_record(obj.metadata.name, obj.report_bytes, self._state.resource_name, self._state.page_size)
+
     # -- run on the event loop ---------------------------------------------------
+
+    def _report_upserted(self, record: ReportRecord) -> None:
+        self._state.apply_report(*record)
+
+    def _report_deleted(self, record: ReportRecord) -> None:
+        self._state.remove_report(record[0])
 
     @staticmethod
     def _guarded(callback: Callable[[], None]) -> None:

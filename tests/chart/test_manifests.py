@@ -31,14 +31,25 @@ def test_default_manifest_is_the_default_install() -> None:
         "ClusterRole",
         "ClusterRoleBinding",
         "ConfigMap",
+        "CustomResourceDefinition",  # the node agent's records
+        "DaemonSet",  # the node agent
         "Deployment",
         "PodDisruptionBudget",
         "Role",
         "RoleBinding",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",  # each agent writes its own node's record only
+        "ValidatingAdmissionPolicyBinding",
     ]
-    assert {d["metadata"].get("namespace") for d in docs if d["kind"] not in ("ClusterRole", "ClusterRoleBinding")} == {
+    cluster_scoped = (
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    )
+    assert {d["metadata"].get("namespace") for d in docs if d["kind"] not in cluster_scoped} == {
         "hugepage-extender",
         "kube-system",
     }

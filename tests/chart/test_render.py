@@ -23,7 +23,7 @@ CI = {p.name.removesuffix("-values.yaml"): p for p in CI_VALUES}
 EXTENDER = RELEASE  # the release is named like the chart, so fullname == release
 SCHEDULER = f"{RELEASE}-scheduler"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 STANDARD_LABELS = (
     "helm.sh/chart",
     "app.kubernetes.io/name",
@@ -267,6 +267,7 @@ def test_extender_cluster_role_is_least_privilege(renders: dict[str, Rendered], 
         for verb in rule["verbs"]
     }
     expected = {("", r, v) for r in ("nodes", "pods") for v in ("get", "list", "watch")}
+    expected |= {("hugepage-extender.io", "hugepagenodereports", v) for v in ("get", "list", "watch")}
     expected |= {(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")}
     if is_bind(scenario):
         expected.add(("", "pods/binding", "create"))
@@ -355,7 +356,8 @@ def test_secondary_scheduler_deployment(renders: dict[str, Rendered], scenario: 
     if is_own(scenario):
         assert not rendered.all("Role")
         assert [d["metadata"]["name"] for d in rendered.all("Deployment")] == [EXTENDER]
-        assert [b["metadata"]["name"] for b in rendered.all("ClusterRoleBinding")] == [EXTENDER]
+        bindings = [b["metadata"]["name"] for b in rendered.all("ClusterRoleBinding")]
+        assert sorted(bindings) == [EXTENDER, f"{EXTENDER}-node-agent"]  # no scheduler bindings
         return
     deployment = rendered.get("Deployment", SCHEDULER)
     pod = deployment["spec"]["template"]["spec"]

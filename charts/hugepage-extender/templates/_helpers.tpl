@@ -351,3 +351,12 @@ extenders:
       {{- end }}
     {{- end }}
 {{- end }}
+
+{{/* The node agent's objects, and the namespace its DaemonSet runs in. */}}
+{{- define "hugepage-extender.nodeAgent.fullname" -}}
+{{- include "hugepage-extender.suffixed" (dict "context" . "suffix" "node-agent") }}
+{{- end }}
+
+{{- define "hugepage-extender.nodeAgent.namespace" -}}
+{{- default .Release.Namespace .Values.nodeAgent.namespace }}
+{{- end }}

@@ -1,0 +1,248 @@
+"""Parsing the kernel's hugepage counters and the pods' hugetlb charges: pure functions.
+
+Every function takes the text of a file (or a few integers) and returns small
+frozen values; ``probe`` reads the files. The arithmetic the record rests on:
+
+- the kernel's pool of one page size is ``nr_hugepages`` persistent pages plus
+  ``surplus_hugepages`` (overcommitted) ones; ``free_hugepages`` counts free pages of
+  both, and ``resv_hugepages`` pages promised to mappings but not yet faulted;
+- committed pages = (nr + surplus) - free + resv: faulted pages plus promises
+  (an untouched shared mapping raises resv, a touched private one lowers free);
+- pages pods hold = what the hugetlb cgroup controller charges to the kubelet's
+  pods hierarchy (the larger of usage and reservation charges: a faulted page of a
+  reserved mapping is in both, an unfaulted reservation only in the second, a
+  MAP_NORESERVE page only in the first), or, where the controller is off
+  (containerd's default), the pages of the files in the pods' hugetlbfs emptyDirs;
+- pages held outside pods = committed - pods' pages, floored at 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+KiB = 1024
+_PAGE_DIR = re.compile(r"^hugepages-(?P<kb>[0-9]+)kB$")
+_NODE_DIR = re.compile(r"^node(?P<n>[0-9]+)$")
+_SIZE = re.compile(r"^(?P<n>[0-9]+)(?P<unit>[KMGT]?)B?$", re.IGNORECASE)
+_UNITS = {"": 1, "K": KiB, "M": KiB**2, "G": KiB**3, "T": KiB**4}
+MAX_PAGES = 1 << 40  # more pages than any machine has: a counter above it is not a counter
+
+
+class CounterError(ValueError):
+    """A counter file whose text is not a count."""
+
+
+class Source(StrEnum):
+    """Where the pods' pages were read from; the record says which."""
+
+    CGROUP_V2 = "cgroup-v2"  # hugetlb.<size>.current / .rsvd.current of the kubepods cgroup
+    CGROUP_V1 = "cgroup-v1"  # hugetlb.<size>.usage_in_bytes / .rsvd.usage_in_bytes
+    HUGETLBFS_EMPTYDIR = "hugetlbfs-emptydir"  # files in the pods' HugePages emptyDirs
+    NONE = "none"  # nothing readable: pods' pages unknown, so pages outside pods unknown too
+
+
+def parse_count(text: str) -> int:
+    """A counter file's value: one non-negative integer (sysfs and cgroup files end in a newline)."""
+    stripped = text.strip()
+    if not stripped.isdigit() or not stripped.isascii():
+        raise CounterError(f"not a count: {text[:40]!r}")
+    return int(stripped)
+
+
+def page_size_of_dir(name: str) -> int | None:
+    """Bytes per page of a sysfs directory such as ``hugepages-2048kB``; None for other names."""
+    match = _PAGE_DIR.match(name)
+    return int(match["kb"]) * KiB if match else None
+
+
+def numa_node_of_dir(name: str) -> int | None:
+    """The number of a ``nodeN`` directory; None for other names."""
+    match = _NODE_DIR.match(name)
+    return int(match["n"]) if match else None
+
+
+def resource_name(page_size: int) -> str:
+    """The Kubernetes resource of a page size: 2 MiB -> ``hugepages-2Mi``, 1 GiB -> ``hugepages-1Gi``."""
+    for unit, suffix in ((KiB**3, "Gi"), (KiB**2, "Mi"), (KiB, "Ki")):
+        if page_size % unit == 0:
+            return f"hugepages-{page_size // unit}{suffix}"
+    return f"hugepages-{page_size}"
+
+
+def cgroup_size_name(page_size: int) -> str:
+    """The size in the hugetlb controller's file names (the kernel's ``mem_fmt``): ``2MB``, ``1GB``, ``64KB``."""
+    for unit, suffix in ((KiB**3, "GB"), (KiB**2, "MB"), (KiB, "KB")):
+        if page_size >= unit:
+            return f"{page_size // unit}{suffix}"
+    return f"{page_size}B"
+
+
+def parse_size(text: str) -> int:
+    """A hugetlbfs ``pagesize=`` option (``2M``, ``1G``, ``2048K``) in bytes."""
+    match = _SIZE.match(text.strip())
+    if match is None:
+        raise CounterError(f"not a page size: {text!r}")
+    return int(match["n"]) * _UNITS[match["unit"].upper()]
+
+
+def parse_node_list(text: str) -> list[int]:
+    """``/sys/devices/system/node/online``: ``0``, ``0-1``, ``0,2-3``."""
+    nodes: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise CounterError(f"not a node list: {text!r}") from None
+        nodes.extend(range(first, last + 1))
+    return nodes
+
+
+def parse_numa_stat(text: str) -> dict[int, int]:
+    """Bytes per NUMA node from ``hugetlb.<size>.numa_stat``.
+
+    cgroup v2 writes one line, ``total=B N0=B N1=B``; v1 writes ``total=`` (this cgroup's
+    own tasks) and ``hierarchical_total=`` (with its descendants, the one wanted here)."""
+    lines = {line.partition("=")[0].strip(): line for line in text.splitlines()}
+    line = lines.get("hierarchical_total") or lines.get("total")
+    if line is None:
+        raise CounterError(f"not a numa_stat: {text[:60]!r}")
+    found: dict[int, int] = {}
+    for item in line.split()[1:]:
+        key, _, value = item.partition("=")
+        if not key.startswith("N"):
+            continue
+        try:
+            found[int(key[1:])] = parse_count(value)
+        except ValueError:
+            raise CounterError(f"not a numa_stat entry: {item!r}") from None
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class HugetlbfsMount:
+    mount_point: str
+    page_size: int
+
+
+def hugetlbfs_mounts(mountinfo: str, under: str) -> list[HugetlbfsMount]:
+    """The hugetlbfs mounts below ``under`` (the kubelet's pods directory), from ``/proc/self/mountinfo``.
+
+    A line is ``id parent major:minor root mount-point options [optional...] - fstype source super-options``;
+    octal escapes (``\\040`` for a space) are undone in the mount point."""
+    prefix = under.rstrip("/") + "/"
+    found: list[HugetlbfsMount] = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if "-" not in fields:
+            continue
+        dash = fields.index("-")
+        if len(fields) < dash + 4 or len(fields) < 5 or fields[dash + 1] != "hugetlbfs":
+            continue
+        mount_point = _unescape(fields[4])
+        if not mount_point.startswith(prefix):
+            continue
+        options = {opt.partition("=")[0]: opt.partition("=")[2] for opt in fields[dash + 3].split(",") if opt}
+        page_size = options.get("pagesize")
+        if page_size is None:
+            continue  # the kernel always shows pagesize=; a line without it is not one it wrote
+        found.append(HugetlbfsMount(mount_point, parse_size(page_size)))
+    return found
+
+
+def _unescape(path: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), path)
+
+
+# --------------------------------------------------------------------------- the values
+
+
+@dataclass(frozen=True, slots=True)
+class KernelPool:
+    """One page size's counters, for the whole machine (``reserved`` set) or one NUMA node (``None``:
+    the kernel keeps reservations globally only)."""
+
+    total: int  # nr_hugepages: the persistent pool, what the kubelet reports as capacity
+    free: int
+    surplus: int
+    reserved: int | None = None
+
+    @property
+    def committed(self) -> int:
+        """(nr + surplus) - free + resv: pages faulted in plus pages promised to mappings."""
+        return max(0, self.total + self.surplus - self.free + (self.reserved or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class PodPages:
+    """The pods' pages of one page size: in total, and per NUMA node when the source says."""
+
+    pages: int
+    numa: Mapping[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What the record says of one page size, for the machine or one NUMA node."""
+
+    total_pages: int
+    free_pages: int
+    reserved_pages: int | None
+    surplus_pages: int
+    pod_pages: int | None  # None: the source does not say (no source, or no per-NUMA split)
+    outside_pages: int | None
+
+    def as_json(self) -> dict[str, int | None]:
+        return {
+            "totalPages": self.total_pages,
+            "freePages": self.free_pages,
+            "reservedPages": self.reserved_pages,
+            "surplusPages": self.surplus_pages,
+            "podPages": self.pod_pages,
+            "outsidePages": self.outside_pages,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SizeReport:
+    figures: Figures
+    numa: Mapping[int, Figures] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, object]:
+        return {**self.figures.as_json(), "numa": {str(n): f.as_json() for n, f in sorted(self.numa.items())}}
+
+
+def figures(pool: KernelPool, pod_pages: int | None) -> Figures:
+    outside = None if pod_pages is None else max(0, pool.committed - pod_pages)
+    return Figures(pool.total, pool.free, pool.reserved, pool.surplus, pod_pages, outside)
+
+
+def size_report(pool: KernelPool, numa_pools: Mapping[int, KernelPool], pods: PodPages | None) -> SizeReport:
+    """One page size's figures, for the machine and for each NUMA node."""
+    numa_pods = pods.numa if pods is not None and pods.numa is not None else None
+    per_node = {
+        node: figures(numa_pool, None if numa_pods is None else numa_pods.get(node, 0))
+        for node, numa_pool in numa_pools.items()
+    }
+    return SizeReport(figures(pool, None if pods is None else pods.pages), per_node)
+
+
+def pages_of(nbytes: int, page_size: int) -> int:
+    """Whole pages holding ``nbytes`` (rounded up: a partly used page is used)."""
+    return -(-nbytes // page_size)
+
+
+def cgroup_pod_pages(usage_bytes: int, reserved_bytes: int | None, page_size: int) -> int:
+    """The pods' pages from the controller's two charges (see the module note): the larger one."""
+    return pages_of(max(usage_bytes, reserved_bytes or 0), page_size)
+
+
+def emptydir_pod_pages(file_blocks: Iterable[int], page_size: int) -> int:
+    """Pages in use by files on a hugetlbfs mount: ``st_blocks`` (512-byte units) grows by one page's
+    worth for each page the file has, whatever its length says."""
+    return sum(pages_of(blocks * 512, page_size) for blocks in file_blocks)

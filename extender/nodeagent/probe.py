@@ -1,0 +1,236 @@
+"""The agent's I/O: read the counter files under the roots given, hand the text to ``counters``.
+
+Roots are parameters (``--sysfs-root``, ``--cgroup-root``, ``--kubelet-root``,
+``--mountinfo``) so tests point them at fixture trees. A missing or unreadable file
+leaves out what it would have said (a page size, a NUMA node, a source), never the record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from extender.nodeagent.counters import (
+    CounterError,
+    KernelPool,
+    PodPages,
+    SizeReport,
+    Source,
+    cgroup_pod_pages,
+    cgroup_size_name,
+    emptydir_pod_pages,
+    hugetlbfs_mounts,
+    numa_node_of_dir,
+    page_size_of_dir,
+    pages_of,
+    parse_count,
+    parse_node_list,
+    parse_numa_stat,
+    resource_name,
+    size_report,
+)
+from extender.nodeagent.record import NodeRecord
+
+log = logging.getLogger("extender.nodeagent")
+
+# Where the kubelet puts pods: the systemd cgroup driver, then cgroupfs.
+KUBEPODS = ("kubepods.slice", "kubepods")
+
+
+@dataclass(frozen=True, slots=True)
+class Roots:
+    sysfs: Path = Path("/sys")
+    cgroup: Path = Path("/sys/fs/cgroup")
+    kubelet: Path = Path("/var/lib/kubelet")
+    mountinfo: Path = Path("/proc/self/mountinfo")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _count(path: Path) -> int | None:
+    text = _read(path)
+    if text is None:
+        return None
+    try:
+        return parse_count(text)
+    except CounterError as error:
+        log.warning("%s: %s", path, error)
+        return None
+
+
+def _pool(directory: Path, *, with_reserved: bool) -> KernelPool | None:
+    total, free = _count(directory / "nr_hugepages"), _count(directory / "free_hugepages")
+    if total is None or free is None:
+        return None
+    surplus = _count(directory / "surplus_hugepages") or 0
+    if not with_reserved:  # NUMA nodes: the kernel keeps reservations globally only
+        return KernelPool(total, free, surplus)
+    return KernelPool(total, free, surplus, _count(directory / "resv_hugepages") or 0)
+
+
+def _page_dirs(directory: Path) -> Iterator[tuple[int, Path]]:
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        size = page_size_of_dir(entry.name)
+        if size is not None:
+            yield size, entry
+
+
+def kernel_pools(sysfs: Path) -> dict[int, KernelPool]:
+    """Per page size, the machine's pool (``/sys/kernel/mm/hugepages``)."""
+    pools = {}
+    for size, directory in _page_dirs(sysfs / "kernel" / "mm" / "hugepages"):
+        pool = _pool(directory, with_reserved=True)
+        if pool is not None:
+            pools[size] = pool
+    return pools
+
+
+def numa_pools(sysfs: Path) -> dict[int, dict[int, KernelPool]]:
+    """Per page size, per NUMA node: ``/sys/devices/system/node/nodeN/hugepages``."""
+    base = sysfs / "devices" / "system" / "node"
+    online = _read(base / "online")
+    if online is not None:
+        try:
+            nodes = parse_node_list(online)
+        except CounterError as error:
+            log.warning("%s: %s", base / "online", error)
+            nodes = []
+    else:
+        try:
+            nodes = sorted(n for e in base.iterdir() if (n := numa_node_of_dir(e.name)) is not None)
+        except OSError:
+            nodes = []
+    found: dict[int, dict[int, KernelPool]] = {}
+    for node in nodes:
+        for size, directory in _page_dirs(base / f"node{node}" / "hugepages"):
+            pool = _pool(directory, with_reserved=False)
+            if pool is not None:
+                found.setdefault(size, {})[node] = pool
+    return found
+
+
+def _kubepods(base: Path) -> Path | None:
+    return next((base / name for name in KUBEPODS if (base / name).is_dir()), None)
+
+
+def _v2_trees(cgroup: Path) -> Iterator[Path]:
+    """Unified trees with the hugetlb controller: the root (pure v2), or ``unified/`` (hybrid)."""
+    for base in (cgroup, cgroup / "unified"):
+        controllers = _read(base / "cgroup.controllers")
+        if controllers is not None and "hugetlb" in controllers.split():
+            yield base
+
+
+def _cgroup_pages(
+    kubepods: Path, sizes: list[int], usage: str, reserved: str, numa: Callable[[int], dict[int, int] | None]
+) -> dict[int, PodPages] | None:
+    found = {}
+    for size in sizes:
+        name = cgroup_size_name(size)
+        used = _count(kubepods / f"hugetlb.{name}.{usage}")
+        if used is None:
+            return None  # the controller is not on here
+        rsvd = _count(kubepods / f"hugetlb.{name}.{reserved}")
+        numa_bytes = numa(size)
+        numa_pages = None if numa_bytes is None else {n: pages_of(b, size) for n, b in numa_bytes.items()}
+        found[size] = PodPages(cgroup_pod_pages(used, rsvd, size), numa_pages)
+    return found
+
+
+def _numa_stat(path: Path) -> dict[int, int] | None:
+    text = _read(path)
+    if text is None:
+        return None
+    try:
+        return parse_numa_stat(text)
+    except CounterError as error:
+        log.warning("%s: %s", path, error)
+        return None
+
+
+def _numa_stats(kubepods: Path) -> Callable[[int], dict[int, int] | None]:
+    def read(size: int) -> dict[int, int] | None:
+        return _numa_stat(kubepods / f"hugetlb.{cgroup_size_name(size)}.numa_stat")
+
+    return read
+
+
+def _file_blocks(directory: Path) -> Iterator[int]:
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                yield os.lstat(os.path.join(root, name)).st_blocks
+            except OSError:
+                continue
+
+
+def pod_pages(roots: Roots, sizes: list[int]) -> tuple[Source, dict[int, PodPages] | None]:
+    """The pods' pages per page size, and where they were read."""
+    for tree in _v2_trees(roots.cgroup):
+        kubepods = _kubepods(tree)
+        if kubepods is None:
+            continue
+        found = _cgroup_pages(
+            kubepods,
+            sizes,
+            "current",
+            "rsvd.current",
+            _numa_stats(kubepods),
+        )
+        if found is not None:
+            return Source.CGROUP_V2, found
+    kubepods = _kubepods(roots.cgroup / "hugetlb")
+    if kubepods is not None:
+        found = _cgroup_pages(
+            kubepods,
+            sizes,
+            "usage_in_bytes",
+            "rsvd.usage_in_bytes",
+            _numa_stats(kubepods),
+        )
+        if found is not None:
+            return Source.CGROUP_V1, found
+    mountinfo = _read(roots.mountinfo)
+    pods_dir = roots.kubelet / "pods"
+    if mountinfo is not None and pods_dir.is_dir():
+        try:
+            mounts = hugetlbfs_mounts(mountinfo, str(pods_dir))
+        except CounterError as error:
+            log.warning("%s: %s", roots.mountinfo, error)
+        else:
+            blocks: dict[int, list[int]] = {size: [] for size in sizes}
+            for mount in mounts:
+                blocks.setdefault(mount.page_size, []).extend(_file_blocks(Path(mount.mount_point)))
+            return Source.HUGETLBFS_EMPTYDIR, {
+                size: PodPages(emptydir_pod_pages(b, size)) for size, b in blocks.items() if size in sizes
+            }
+    return Source.NONE, None
+
+
+def read_record(node: str, roots: Roots, now: Callable[[], dt.datetime] | None = None) -> NodeRecord:
+    """The record of this node now."""
+    pools = kernel_pools(roots.sysfs)
+    per_numa = numa_pools(roots.sysfs)
+    source, pods = pod_pages(roots, sorted(pools))
+    sizes = {
+        resource_name(size): size_report(pool, per_numa.get(size, {}), None if pods is None else pods.get(size))
+        for size, pool in pools.items()
+    }
+    observed = (now or (lambda: dt.datetime.now(dt.UTC)))()
+    return NodeRecord(node, observed, source, sizes)
+
+
+__all__ = ["KUBEPODS", "Roots", "SizeReport", "kernel_pools", "numa_pools", "pod_pages", "read_record"]

@@ -1,0 +1,278 @@
+"""Fixture trees -> exact records: cgroup v2, v1 and hybrid, two NUMA nodes, 1Gi pages, missing files,
+and the fallback to HugePages emptyDirs when the hugetlb controller is off (containerd's default)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.nodeagent.probe import Roots, read_record
+
+MiB, GiB = 1 << 20, 1 << 30
+NOW = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def write_tree(root: Path, files: Mapping[str, str]) -> Path:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def pool_files(base: str, kb: int, *, nr: int, free: int, surplus: int = 0, resv: int | None = None) -> dict[str, str]:
+    d = f"{base}/hugepages-{kb}kB"
+    files = {
+        f"{d}/nr_hugepages": f"{nr}\n",
+        f"{d}/free_hugepages": f"{free}\n",
+        f"{d}/surplus_hugepages": f"{surplus}\n",
+    }
+    if resv is not None:
+        files[f"{d}/resv_hugepages"] = f"{resv}\n"
+        files[f"{d}/nr_overcommit_hugepages"] = "0\n"
+    return files
+
+
+GLOBAL = "sys/kernel/mm/hugepages"
+NODES = "sys/devices/system/node"
+
+# Two NUMA nodes, 2 MiB and 1 GiB pages:
+#   2Mi: 512 pages (256 per node); 160 free (100 + 60); 10 reserved -> committed 512 - 160 + 10 = 362
+#   1Gi: 4 pages (2 per node); 1 free (on node 1); 0 reserved -> committed 3
+TWO_NUMA_SYSFS: dict[str, str] = {
+    **pool_files(GLOBAL, 2048, nr=512, free=160, resv=10),
+    **pool_files(GLOBAL, 1048576, nr=4, free=1, resv=0),
+    f"{NODES}/online": "0-1\n",
+    **pool_files(f"{NODES}/node0/hugepages", 2048, nr=256, free=100),
+    **pool_files(f"{NODES}/node1/hugepages", 2048, nr=256, free=60),
+    **pool_files(f"{NODES}/node0/hugepages", 1048576, nr=2, free=0),
+    **pool_files(f"{NODES}/node1/hugepages", 1048576, nr=2, free=1),
+}
+
+
+def figures(total: int, free: int, reserved: int | None, pods: int | None, outside: int | None) -> dict[str, Any]:
+    return {
+        "totalPages": total,
+        "freePages": free,
+        "reservedPages": reserved,
+        "surplusPages": 0,
+        "podPages": pods,
+        "outsidePages": outside,
+    }
+
+
+def record(root: Path, **roots: Path) -> dict[str, Any]:
+    found = read_record(
+        "node-a",
+        Roots(sysfs=root / "sys", cgroup=roots.get("cgroup", root / "cgroup"), kubelet=root / "kubelet",
+              mountinfo=roots.get("mountinfo", root / "mountinfo")),
+        now=lambda: NOW,
+    )  # fmt: skip
+    return found.as_json()
+
+
+def test_cgroup_v2_two_numa_nodes_two_page_sizes(tmp_path: Path) -> None:
+    # Pods hold 300 pages of 2 MiB (600 MiB; 290 faulted + 10 reserved), 200 on node 0 and 100 on node 1,
+    # and 2 pages of 1 GiB, both on node 0. So outside pods: 2Mi 362 - 300 = 62; 1Gi 3 - 2 = 1.
+    kubepods = "cgroup/kubepods.slice"
+    write_tree(
+        tmp_path,
+        {
+            **TWO_NUMA_SYSFS,
+            "cgroup/cgroup.controllers": "cpuset cpu io memory hugetlb pids\n",
+            f"{kubepods}/hugetlb.2MB.current": f"{290 * 2 * MiB}\n",
+            f"{kubepods}/hugetlb.2MB.rsvd.current": f"{300 * 2 * MiB}\n",
+            f"{kubepods}/hugetlb.2MB.numa_stat": f"total={290 * 2 * MiB} N0={200 * 2 * MiB} N1={90 * 2 * MiB}\n",
+            f"{kubepods}/hugetlb.1GB.current": f"{2 * GiB}\n",
+            f"{kubepods}/hugetlb.1GB.rsvd.current": f"{2 * GiB}\n",
+            f"{kubepods}/hugetlb.1GB.numa_stat": f"total={2 * GiB} N0={2 * GiB} N1=0\n",
+        },
+    )
+    assert record(tmp_path) == {
+        "node": "node-a",
+        "observedAt": "2026-11-30T12:00:00Z",
+        "source": "cgroup-v2",
+        "pageSizes": {
+            "hugepages-1Gi": {
+                **figures(4, 1, 0, 2, 1),
+                "numa": {
+                    "0": figures(2, 0, None, 2, 0),  # 2 - 0 - 2
+                    "1": figures(2, 1, None, 0, 1),  # 2 - 1 - 0
+                },
+            },
+            "hugepages-2Mi": {
+                **figures(512, 160, 10, 300, 62),
+                "numa": {
+                    "0": figures(256, 100, None, 200, 0),  # 256 - 100 - 200 < 0: floored
+                    "1": figures(256, 60, None, 90, 106),  # 256 - 60 - 90
+                },
+            },
+        },
+    }
+
+
+def test_cgroup_v1_with_cgroupfs_driver(tmp_path: Path) -> None:
+    # v1: usage 100 pages, rsvd 120 pages (20 unfaulted) -> pods 120; outside 362 - 120 = 242 (2Mi).
+    hugetlb = "cgroup/hugetlb/kubepods"
+    write_tree(
+        tmp_path,
+        {
+            **TWO_NUMA_SYSFS,
+            f"{hugetlb}/hugetlb.2MB.usage_in_bytes": f"{100 * 2 * MiB}\n",
+            f"{hugetlb}/hugetlb.2MB.rsvd.usage_in_bytes": f"{120 * 2 * MiB}\n",
+            f"{hugetlb}/hugetlb.2MB.numa_stat": (
+                f"total=0 N0=0 N1=0\nhierarchical_total={100 * 2 * MiB} N0={100 * 2 * MiB} N1=0\n"
+            ),
+            f"{hugetlb}/hugetlb.1GB.usage_in_bytes": "0\n",
+            f"{hugetlb}/hugetlb.1GB.rsvd.usage_in_bytes": "0\n",
+        },
+    )
+    got = record(tmp_path)
+    assert got["source"] == "cgroup-v1"
+    assert got["pageSizes"]["hugepages-2Mi"] == {
+        **figures(512, 160, 10, 120, 242),
+        "numa": {"0": figures(256, 100, None, 100, 56), "1": figures(256, 60, None, 0, 196)},
+    }
+    # No numa_stat for 1GB (kernels before 5.10): per-NUMA pods' pages unknown, the node totals known.
+    assert got["pageSizes"]["hugepages-1Gi"] == {
+        **figures(4, 1, 0, 0, 3),
+        "numa": {"0": figures(2, 0, None, None, None), "1": figures(2, 1, None, None, None)},
+    }
+
+
+def test_hybrid_hugetlb_only_on_the_unified_tree(tmp_path: Path) -> None:
+    # This machine's layout: /sys/fs/cgroup is tmpfs with v1 controllers, hugetlb on unified/ (v2).
+    write_tree(
+        tmp_path,
+        {
+            **pool_files(GLOBAL, 2048, nr=64, free=40, resv=0),
+            "cgroup/memory/kubepods/memory.usage_in_bytes": "0\n",
+            "cgroup/unified/cgroup.controllers": "hugetlb\n",
+            "cgroup/unified/kubepods/hugetlb.2MB.current": f"{16 * 2 * MiB}\n",
+            "cgroup/unified/kubepods/hugetlb.2MB.rsvd.current": f"{16 * 2 * MiB}\n",
+        },
+    )
+    got = record(tmp_path)
+    assert got["source"] == "cgroup-v2"
+    assert got["pageSizes"] == {"hugepages-2Mi": {**figures(64, 40, 0, 16, 8), "numa": {}}}  # 24 - 16
+
+
+def test_controller_off_falls_back_to_hugepages_emptydirs(tmp_path: Path) -> None:
+    # containerd's disable_hugetlb_controller: the kubepods cgroup exists, no hugetlb files.
+    # A pod's 2Mi emptyDir holds two files of 3 and 1 pages; a 1Gi emptyDir one file of 1 page;
+    # a tmpfs emptyDir is not counted. Blocks are what a file holds (sparse files are made here).
+    pods = tmp_path / "kubelet" / "pods"
+    mounts = {
+        pods / "uid-1/volumes/kubernetes.io~empty-dir/hugepage-2mi": ("hugetlbfs", "pagesize=2M"),
+        pods / "uid-2/volumes/kubernetes.io~empty-dir/hugepage-1gi": ("hugetlbfs", "pagesize=1024M"),
+        pods / "uid-2/volumes/kubernetes.io~empty-dir/cache": ("tmpfs", "size=1g"),
+    }
+    for directory in mounts:
+        directory.mkdir(parents=True)
+    write_tree(
+        tmp_path,
+        {**TWO_NUMA_SYSFS, "cgroup/cgroup.controllers": "cpu memory pids\n", "cgroup/kubepods/cpu.max": "max\n"},
+    )
+    (tmp_path / "mountinfo").write_text(
+        "\n".join(
+            f"{600 + i} 30 0:{80 + i} / {d} rw - {fs} nodev rw,{opts}"
+            for i, (d, (fs, opts)) in enumerate(mounts.items())
+        )
+    )
+    blocks = {"hugepage-2mi/a": 3 * 4096, "hugepage-2mi/b": 4096, "hugepage-1gi/vm": 2 * 1024 * 1024, "cache/x": 4096}
+    stat_blocks = {}
+    for name, count in blocks.items():
+        directory = next(d for d in mounts if d.name == name.split("/")[0])
+        path = directory / name.split("/")[1]
+        path.write_bytes(b"x" * (count * 512))  # real blocks on the test's file system
+        stat_blocks[name] = os.lstat(path).st_blocks
+    got = record(tmp_path)
+    assert got["source"] == "hugetlbfs-emptydir"
+    pages_2m = -(-stat_blocks["hugepage-2mi/a"] * 512 // (2 * MiB)) + -(
+        -stat_blocks["hugepage-2mi/b"] * 512 // (2 * MiB)
+    )
+    assert pages_2m == 4
+    assert got["pageSizes"]["hugepages-2Mi"]["podPages"] == 4
+    assert got["pageSizes"]["hugepages-2Mi"]["outsidePages"] == 362 - 4
+    assert got["pageSizes"]["hugepages-1Gi"]["podPages"] == 1
+    assert got["pageSizes"]["hugepages-1Gi"]["outsidePages"] == 3 - 1
+    # No per-NUMA split from files.
+    assert got["pageSizes"]["hugepages-2Mi"]["numa"]["0"]["podPages"] is None
+
+
+def test_nothing_to_read_pods_pages_says_none(tmp_path: Path) -> None:
+    write_tree(tmp_path, pool_files(GLOBAL, 2048, nr=8, free=8, resv=0))
+    got = record(tmp_path)
+    assert got["source"] == "none"
+    assert got["pageSizes"] == {"hugepages-2Mi": {**figures(8, 8, 0, None, None), "numa": {}}}
+
+
+@pytest.mark.parametrize(
+    ("case", "drop", "expected_sizes"),
+    [
+        (
+            "no free_hugepages: that page size is left out",
+            f"{GLOBAL}/hugepages-1048576kB/free_hugepages",
+            ["hugepages-2Mi"],
+        ),
+        (
+            "no resv_hugepages (read as 0)",
+            f"{GLOBAL}/hugepages-2048kB/resv_hugepages",
+            ["hugepages-1Gi", "hugepages-2Mi"],
+        ),
+        ("no NUMA online list: nodes found by directory", f"{NODES}/online", ["hugepages-1Gi", "hugepages-2Mi"]),
+    ],
+)
+def test_missing_files(tmp_path: Path, case: str, drop: str, expected_sizes: list[str]) -> None:
+    write_tree(tmp_path, TWO_NUMA_SYSFS)
+    (tmp_path / drop).unlink()
+    got = record(tmp_path)
+    assert sorted(got["pageSizes"]) == expected_sizes, case
+    assert sorted(got["pageSizes"]["hugepages-2Mi"]["numa"]) == ["0", "1"], case
+
+
+def test_missing_charge_file_for_one_size_is_not_a_source(tmp_path: Path) -> None:
+    # The v2 tree lacks hugetlb.1GB.current: the controller is not (fully) on there; nothing
+    # else is readable either, so the record says so rather than guess.
+    write_tree(
+        tmp_path,
+        {
+            **TWO_NUMA_SYSFS,
+            "cgroup/cgroup.controllers": "hugetlb\n",
+            "cgroup/kubepods.slice/hugetlb.2MB.current": "0\n",
+        },
+    )
+    got = record(tmp_path)
+    assert got["source"] == "none"
+    assert got["pageSizes"]["hugepages-2Mi"]["outsidePages"] is None
+
+
+def test_garbage_in_a_counter_leaves_that_size_out(tmp_path: Path) -> None:
+    write_tree(tmp_path, {**TWO_NUMA_SYSFS, f"{GLOBAL}/hugepages-2048kB/nr_hugepages": "NaN\n"})
+    assert sorted(record(tmp_path)["pageSizes"]) == ["hugepages-1Gi"]
+
+
+def test_once_prints_the_record_and_publishes_nothing(tmp_path: Path) -> None:
+    write_tree(tmp_path, {**TWO_NUMA_SYSFS, "cgroup/cgroup.controllers": "hugetlb\n"})
+    (tmp_path / "cgroup/kubepods").mkdir()
+    for size in ("2MB", "1GB"):
+        (tmp_path / f"cgroup/kubepods/hugetlb.{size}.current").write_text("0\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "extender", "node-agent", "--node-name", "node-a", "--once", "--output", "json",
+         "--sysfs-root", str(tmp_path / "sys"), "--cgroup-root", str(tmp_path / "cgroup")],
+        check=True, capture_output=True, text=True, env={**os.environ, "KUBECONFIG": "/nonexistent"},
+    )  # fmt: skip
+    printed = json.loads(out.stdout)
+    assert printed["node"] == "node-a"
+    assert printed["source"] == "cgroup-v2"
+    dt.datetime.fromisoformat(printed["observedAt"])
+    assert printed["pageSizes"]["hugepages-2Mi"]["outsidePages"] == 362
+    assert printed["pageSizes"]["hugepages-1Gi"]["outsidePages"] == 3

@@ -1,0 +1,207 @@
+"""The agent against this machine's own kernel: root sizes the 2 MiB pool, holds pages from a process
+outside any pod and from one inside a (made-up) kubepods cgroup, and the published record follows
+within one report interval, up and back down.
+
+Relative throughout: other work on the machine may size the pool or hold pages too, so the test
+expects the outside pages to rise by exactly what it holds, from what the agent read just before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from extender.nodeagent.probe import Roots, read_record
+from extender.nodeagent.publish import PublishPolicy, run
+from extender.nodeagent.record import NodeRecord
+
+PAGE = 2 << 20
+MAP_HUGETLB = 0x40000  # x86-64 and arm64
+NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")
+RESOURCE = "hugepages-2Mi"
+INTERVAL = 0.2
+MIN_INTERVAL = 0.2
+SLACK = INTERVAL + MIN_INTERVAL + 1.0  # one read, one change write, and a loaded machine's scheduling
+OUTSIDE, INSIDE = 6, 4  # pages held outside any pod, and by the "pod"
+
+
+def _v2_tree_with_hugetlb() -> Path | None:
+    for tree in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+        with contextlib.suppress(OSError):
+            if "hugetlb" in (tree / "cgroup.controllers").read_text().split():
+                return tree
+    return None
+
+
+@contextlib.contextmanager
+def sized_pool(extra: int) -> Iterator[int]:
+    """The 2 MiB pool grown by ``extra`` pages; put back afterwards. Yields the pages added."""
+    saved = int(NR_HUGEPAGES.read_text())
+    wanted = saved + extra
+    try:
+        NR_HUGEPAGES.write_text(f"{wanted}\n")
+    except OSError as error:
+        pytest.skip(f"cannot size the 2 MiB pool: {error}")
+    try:
+        got = int(NR_HUGEPAGES.read_text())
+        yield got - saved
+    finally:
+        now = int(NR_HUGEPAGES.read_text())
+        # Someone else may have sized it meanwhile: take back only what this test added.
+        NR_HUGEPAGES.write_text(f"{saved if now == got else max(0, now - (got - saved))}\n")
+
+
+@contextlib.contextmanager
+def kubepods_cgroup(tree: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A kubepods cgroup of the test's own, with the hugetlb controller on, on the real unified tree;
+    yields (a cgroup root for the agent, the kubepods cgroup). Removed afterwards."""
+    parent = tree / f"hugepage-extender-test-{os.getpid()}"
+    kubepods = parent / "kubepods"
+    control = tree / "cgroup.subtree_control"
+    enabled_before = "hugetlb" in control.read_text().split()
+    try:
+        if not enabled_before:
+            control.write_text("+hugetlb\n")
+        parent.mkdir()
+        (parent / "cgroup.subtree_control").write_text("+hugetlb\n")
+        kubepods.mkdir()
+    except OSError as error:
+        pytest.skip(f"cannot make a hugetlb cgroup on {tree}: {error}")
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "unified").symlink_to(parent)
+    try:
+        yield root, kubepods
+    finally:
+        for path in (kubepods, parent):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        if not enabled_before:
+            with contextlib.suppress(OSError):
+                control.write_text("-hugetlb\n")
+
+
+def hold(pages: int) -> mmap.mmap:
+    """Hold ``pages`` 2 MiB pages from this process (outside any pod): a private hugetlb mapping, touched."""
+    held = mmap.mmap(-1, pages * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_HUGETLB)
+    for page in range(pages):
+        held[page * PAGE] = 1
+    return held
+
+
+POD_PROCESS = textwrap.dedent(
+    """
+    import mmap, os, sys
+    open(sys.argv[1], "w").write(str(os.getpid()))  # into the kubepods cgroup, then fault the pages
+    pages = int(sys.argv[2])
+    held = mmap.mmap(-1, pages * (2 << 20), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40000)
+    for page in range(pages):
+        held[page * (2 << 20)] = 1
+    print("held", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+class Published:
+    """What the agent's loop wrote, with when (the loop's publisher, in memory: the API is the cluster tests')."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[float, NodeRecord]] = []
+        self._lock = threading.Lock()
+
+    def publish(self, record: NodeRecord) -> None:
+        with self._lock:
+            self.records.append((time.monotonic(), record))
+
+    def wait_for(self, what: str, check: Callable[[NodeRecord], bool], since: float, timeout: float = 10.0) -> float:
+        """Seconds from ``since`` until a record written after it satisfies ``check``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                for at, record in self.records:
+                    if at >= since and check(record):
+                        return at - since
+            time.sleep(0.02)
+        with self._lock:
+            last = self.records[-1][1].sizes.get(RESOURCE) if self.records else None
+        raise AssertionError(f"no record with {what} within {timeout}s; last 2Mi figures: {last}")
+
+
+def figures(record: NodeRecord) -> tuple[int | None, int | None]:
+    size = record.sizes[RESOURCE].figures
+    return size.outside_pages, size.pod_pages
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="needs root on Linux to size the pool")
+def test_outside_pages_follow_the_real_kernel(tmp_path: Path) -> None:
+    tree = _v2_tree_with_hugetlb()
+    if tree is None:
+        pytest.skip("no cgroup v2 tree with the hugetlb controller")
+    with sized_pool(OUTSIDE + INSIDE + 4) as added, kubepods_cgroup(tree, tmp_path) as (cgroup_root, kubepods):
+        if added < OUTSIDE + INSIDE:
+            pytest.skip(f"the kernel gave only {added} more 2 MiB pages (memory fragmented)")
+        roots = Roots(cgroup=cgroup_root)
+        before = read_record("this-node", roots)
+        assert before.source.value == "cgroup-v2"
+        outside0, pods0 = figures(before)
+        assert outside0 is not None
+        assert pods0 == 0  # nothing runs in the test's own kubepods cgroup yet
+
+        published = Published()
+        stop = threading.Event()
+        policy = PublishPolicy(heartbeat_seconds=3600, jitter=0.0, min_interval_seconds=MIN_INTERVAL)
+        loop = threading.Thread(
+            target=run,
+            args=(lambda: read_record("this-node", roots), published),
+            kwargs={"policy": policy, "interval_seconds": INTERVAL, "stop": stop},
+            daemon=True,
+        )
+        loop.start()
+        pod = None
+        try:
+            published.wait_for("a first record", lambda r: True, since=0.0)
+            # Up: pages held outside any pod.
+            held = hold(OUTSIDE)
+            t0 = time.monotonic()
+            took = published.wait_for(
+                f"outside {outside0} + {OUTSIDE}", lambda r: figures(r)[0] == outside0 + OUTSIDE, t0
+            )
+            assert took <= SLACK
+
+            # Pages a pod holds are the pod's, not outside ones.
+            pod = subprocess.Popen(
+                [sys.executable, "-c", POD_PROCESS, str(kubepods / "cgroup.procs"), str(INSIDE)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            assert pod.stdout is not None
+            assert pod.stdout.readline().strip() == "held"
+            t1 = time.monotonic()
+            published.wait_for(
+                f"pods {INSIDE}, outside unchanged",
+                lambda r: figures(r) == (outside0 + OUTSIDE, INSIDE),
+                t1,
+            )
+
+            # Down: the outside pages go back.
+            held.close()
+            t2 = time.monotonic()
+            took = published.wait_for(f"outside back to {outside0}", lambda r: figures(r) == (outside0, INSIDE), t2)
+            assert took <= SLACK
+        finally:
+            if pod is not None:
+                pod.communicate(timeout=10)  # closes stdin: the "pod" exits and its pages are freed
+            stop.set()
+            loop.join(timeout=5)
+        after = read_record("this-node", roots)
+        assert figures(after) == (outside0, 0)
