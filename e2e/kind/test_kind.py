@@ -58,6 +58,10 @@ PAUSE = "registry.k8s.io/pause:3.10"
 # The extender's image has Python: the pods that take real pages run it.
 TOUCHER_IMAGE = "hugepage-extender:e2e"
 INSUFFICIENT = f"Insufficient {RESOURCE} (pool in use or held by placements in flight)"
+# The extender's reasons for a node without room for the pod: its pods and
+# placements in flight use the pool, or (where pages held outside pods are
+# committed, as with the node agent) what they leave of the pool is too small.
+NO_ROOM = (INSUFFICIENT, f"Pod's {RESOURCE} request exceeds what pages held outside pods leave of the pool")
 # Node and pod changes reach the extender through its watch; a few seconds is
 # far more than the watch needs and keeps the scenarios deterministic.
 WATCH_SETTLE_SECONDS = 5.0
@@ -270,6 +274,16 @@ def metric_sum(name: str, **labels: str) -> float:
     return sum(metric(pod, name, **labels) for pod in extender_pods())
 
 
+def shadow_rejections() -> float:
+    """Nodes shadow mode would have rejected, for either reason (no room now, or never)."""
+    name = "hugepage_extender_fit_rejected_nodes_total"
+    return sum(metric_sum(name, mode="shadow", reason=reason) for reason in ("insufficient", "exceeds_pool"))
+
+
+def says_no_room(message: str) -> bool:
+    return any(reason in message for reason in NO_ROOM)
+
+
 # -- scenarios ------------------------------------------------------------------------------
 
 
@@ -297,7 +311,7 @@ def test_enforce_leaves_the_pod_pending_when_no_pool_has_room(workers: list[str]
     create_pod(pods, ENFORCE, "no-room", hugepages="512Mi")
     message = failed_scheduling(ENFORCE, "no-room")
     # The extender's constant reason, aggregated by the scheduler over the workers.
-    assert f"Insufficient {RESOURCE} (pool in use or held by placements in flight)" in message
+    assert says_no_room(message), message
     assert_stays_pending(ENFORCE, "no-room")
 
 
@@ -305,10 +319,10 @@ def test_shadow_places_the_pod_and_counts_the_would_be_rejections(
     workers: list[str], pods: list[tuple[str, str]]
 ) -> None:
     set_reserved(dict.fromkeys(workers, POOL))
-    before = metric_sum("hugepage_extender_fit_rejected_nodes_total", mode="shadow", reason="insufficient")
+    before = shadow_rejections()
     create_pod(pods, SHADOW, "shadowed", hugepages="512Mi")
     assert node_of(SHADOW, "shadowed") in workers
-    after = metric_sum("hugepage_extender_fit_rejected_nodes_total", mode="shadow", reason="insufficient")
+    after = shadow_rejections()
     assert after - before == len(workers)
 
 
@@ -382,7 +396,8 @@ def test_flip_shadow_namespace_to_enforce_with_one_value(workers: list[str], pod
     time.sleep(WATCH_SETTLE_SECONDS)
     set_reserved(dict.fromkeys(workers, POOL))
     create_pod(pods, SHADOW, "now-enforced", hugepages="512Mi")
-    assert f"Insufficient {RESOURCE}" in failed_scheduling(SHADOW, "now-enforced")
+    message = failed_scheduling(SHADOW, "now-enforced")
+    assert says_no_room(message), message
     assert_stays_pending(SHADOW, "now-enforced")
 
 
@@ -621,7 +636,7 @@ def test_ab_pods_needing_hugepages_do_not_fail_on_the_node(workers: list[str]) -
     assert len(enforce["placed"]) == 12, enforce
     assert enforce["pending"], enforce
     for name, message in enforce["pending"].items():
-        assert INSUFFICIENT in message, (name, message)
+        assert says_no_room(message), (name, message)
 
 
 # -- the extender itself ---------------------------------------------------------------------
@@ -667,10 +682,88 @@ def test_replica_deleted_during_a_burst_over_commits_nothing_and_loses_nothing(
     pending = [n for n in names if all(n not in v for v in by_node.values())]
     assert len(pending) == 4
     for name in pending:
-        assert INSUFFICIENT in messages.get(name, ""), (name, messages.get(name))
+        assert says_no_room(messages.get(name, "")), (name, messages.get(name))
     time.sleep(WATCH_SETTLE_SECONDS)
     assert placed() is not None, "a pending pod was placed later: over-commit"
     wait_until("two ready extender replicas again", lambda: len(extender_pods()) == 2, timeout=120, interval=1.0)
+
+
+# -- the node agent ----------------------------------------------------------------------------
+
+REPORTS = "hugepagenodereports.hugepage-extender.io"
+
+
+def helm_upgrade(*settings: str) -> None:
+    chart = str(ROOT / "charts" / "hugepage-extender")
+    sets = [f"--set={s}" for s in settings]
+    command = [HELM, "upgrade", RELEASE, chart, "--kubeconfig", KUBECONFIG, "--namespace", NAMESPACE]
+    subprocess.run(
+        [*command, "--reuse-values", *sets, "--wait", "--timeout", "5m"],
+        check=True,
+        stdout=subprocess.DEVNULL,  # the release notes; errors go to stderr
+    )
+
+
+def outside_pages(node: str) -> int | None:
+    """Pages held outside pods in the node agent's record of the node, once there is one."""
+    record = json.loads(kubectl("get", REPORTS, node, "-o", "json", "--ignore-not-found") or "null")
+    if not record:
+        return None
+    size = record["report"]["pageSizes"].get(RESOURCE, {})
+    value = size.get("outsidePages")
+    return int(value) if value is not None else None
+
+
+def test_node_agent_reports_pages_held_outside_pods_and_enforce_holds(workers: list[str]) -> None:
+    # The agent's DaemonSet on every node reads the kernel's counters and the
+    # pods' HugePages emptyDirs. The nodes share the host's pool, so for each
+    # node the pages outside its pods are the host process's and every other
+    # node's pods'. No reserved annotation: the records alone tell the extender.
+    w1, w2 = workers[0], workers[1]
+    set_reserved(dict.fromkeys(workers))
+    unit = POOL_PAGES // 16
+    assert pages_in_use() == 0, f"pages in use before the scenario: {host_pool()}"
+    helm_upgrade("nodeAgent.enabled=true")
+    kubectl("rollout", "status", f"daemonset/{RELEASE}-node-agent", "-n", NAMESPACE, "--timeout=180s")
+    try:
+        with pages_held_on_the_host(4 * unit):
+            other = toucher_pod(AB_ENFORCE, "on-w2", w2, hugepage_bytes=2 * unit * PAGE)
+            other["metadata"]["labels"]["app"] = "hugepage-e2e-agent"
+            kubectl("apply", "-f", "-", stdin=json.dumps(other))
+            settle(AB_ENFORCE, ["on-w2"])
+
+            def records() -> tuple[int | None, int | None] | None:
+                seen = (outside_pages(w1), outside_pages(w2))
+                return seen if seen == (6 * unit, 4 * unit) else None
+
+            try:
+                wait_until("the node agents' records", records, timeout=120, interval=1.0)
+            finally:
+                print(f"\nnode agent records, pages outside pods: {w1}: {outside_pages(w1)}, {w2}: {outside_pages(w2)}")
+            # Enforce on the records: 16 units, 6 outside w1's pods, 12 pods of one unit.
+            pods = [toucher_pod(AB_ENFORCE, f"agent-{i:02d}", w1, hugepage_bytes=unit * PAGE) for i in range(12)]
+            for pod in pods:
+                pod["metadata"]["labels"]["app"] = "hugepage-e2e-agent"
+            names = [p["metadata"]["name"] for p in pods]
+            kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+            result = settle(AB_ENFORCE, names)
+            messages = scheduling_messages(AB_ENFORCE)
+            placed = [n for n in names if result[n]["spec"].get("nodeName")]
+            failed = {n: why for n in placed if (why := failure_on_the_node(result[n])) is not None}
+            pending = [n for n in names if n not in placed]
+            print(
+                f"node agent, enforce on {w1}: {len(names)} pods, {len(placed)} placed, "
+                f"{len(failed)} failed on the node, {len(pending)} pending"
+            )
+            assert failed == {}, failed
+            assert len(placed) == 10, placed
+            for name in pending:
+                assert says_no_room(messages.get(name, "")), (name, messages.get(name))
+            delete_pods(AB_ENFORCE, "app=hugepage-e2e-agent")
+            pages_back_to(4 * unit)
+    finally:
+        delete_pods(AB_ENFORCE, "app=hugepage-e2e-agent")
+        helm_upgrade("nodeAgent.enabled=false")
 
 
 # -- helm ------------------------------------------------------------------------------------
@@ -684,16 +777,26 @@ def test_helm_uninstall_leaves_nothing_behind() -> None:
         [HELM, "uninstall", RELEASE, "--kubeconfig", KUBECONFIG, "--namespace", NAMESPACE, "--wait", "--timeout", "3m"],
         check=True,
     )
-    resources = kubectl("api-resources", "--verbs=list,delete", "-o", "name").split()
+    resources = ",".join(kubectl("api-resources", "--verbs=list,delete", "-o", "name").split())
     selector = f"app.kubernetes.io/instance={RELEASE}"
-    labelled = kubectl("get", ",".join(resources), "-A", "-l", selector, "-o", "name", "--ignore-not-found").split()
-    assert labelled == [], f"left behind by helm uninstall: {labelled}"
+
+    def labelled() -> list[str]:
+        return kubectl("get", resources, "-A", "-l", selector, "-o", "name", "--ignore-not-found").split()
+
+    # `helm uninstall --wait` waits for what it deleted; the pods those owned
+    # go a little later (garbage collection, grace period).
+    try:
+        wait_until("nothing labelled with the release", lambda: not labelled(), timeout=120, interval=1.0)
+    except AssertionError:
+        raise AssertionError(f"left behind by helm uninstall: {labelled()}") from None
     namespaced = kubectl("api-resources", "--verbs=list,delete", "--namespaced=true", "-o", "name").split()
     left = kubectl("get", ",".join(namespaced), "-n", NAMESPACE, "-o", "name", "--ignore-not-found").split()
     expected = {"configmap/kube-root-ca.crt", "serviceaccount/default"}
     unexpected = [o for o in left if o not in expected and not o.startswith(("event", "lease"))]
     print(f"\nleft in {NAMESPACE} after helm uninstall, events aside: {[o for o in left if not o.startswith('event')]}")
     assert unexpected == [], f"left behind in {NAMESPACE} by helm uninstall: {unexpected}"
+    records = kubectl("get", REPORTS, "-o", "name", "--ignore-not-found", check=False).split()
+    print(f"node agent records left after helm uninstall (crds/ is never deleted by helm): {records}")
     wait_until(
         "the extender and scheduler pods to be gone",
         lambda: not get_json("pods", "-n", NAMESPACE)["items"],
