@@ -16,6 +16,22 @@ _log() { printf '%s: %s\n' "${LOG_PREFIX:-e2e/kind}" "$*" >&2; }
 
 sha256_of() { sha256sum | cut -d' ' -f1; }
 
+# ensure_commands cmd:package ...: apt-get install the packages of missing commands.
+ensure_commands() {
+  local pair missing=()
+  for pair in "$@"; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+  done
+  ((${#missing[@]})) || return 0
+  if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+    _log "missing ${missing[*]}, and no apt-get as root to install them"
+    return 1
+  fi
+  _log "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }
+}
+
 engine_answers() { timeout 20 docker info >/dev/null 2>&1; }
 
 engine_up() {
