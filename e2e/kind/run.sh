@@ -48,7 +48,6 @@ python=${PYTHON:-$root/.venv/bin/python}
 pages=${HUGEPAGES_2M:-512}
 nr_hugepages=/proc/sys/vm/nr_hugepages
 [[ -x $python ]] || die "no Python at $python: run 'make lint' once (it creates .venv), or set PYTHON"
-mkdir -p "$artifacts"
 started=$SECONDS
 timings=()
 phase() { timings+=("$1 $(( SECONDS - phase_started )) s"); log "$1 took $(( SECONDS - phase_started )) s"; phase_started=$SECONDS; }
@@ -72,6 +71,7 @@ if ! { command -v docker >/dev/null 2>&1 && engine_answers; }; then
 fi
 
 # --- cleanup, whatever happens ------------------------------------------------------
+mkdir -p "$artifacts"
 workdir=$(mktemp -d "${TMPDIR:-/tmp}/hugepage-kind.XXXXXX")
 kubeconfig=$workdir/kubeconfig # the cluster's admin credentials stay out of $ARTIFACTS
 export KUBECONFIG=$kubeconfig
@@ -122,6 +122,9 @@ collect() {
   exit "$rc"
 }
 trap collect EXIT
+# Interrupted or timed out: still clean up (the EXIT trap runs on exit).
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # --- engine and images ----------------------------------------------------------------
 if ! engine_up; then
