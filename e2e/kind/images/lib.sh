@@ -57,8 +57,11 @@ engine_up() {
   local runc
   runc=$(command -v runc) || { _log "no runc (docker.io should bring it)"; return 1; }
   # The wrapper execs the real runc; the engine's own containerd is started by dockerd.
+  # In its own session, so that a signal to the run's process group (Ctrl-C, a CI
+  # timeout) leaves the engine up for the cleanup, which then stops it by PID.
   _log "starting dockerd (log: $state/dockerd.log)"
-  HUGEPAGE_E2E_RUNC=$runc dockerd \
+  rm -f "$state/dockerd.pid"
+  HUGEPAGE_E2E_RUNC=$runc setsid dockerd \
     --add-runtime "hugepage-e2e-runc=$state/runc-wrapper" \
     --default-runtime hugepage-e2e-runc \
     --pidfile "$state/dockerd.pid" \
@@ -67,6 +70,8 @@ engine_up() {
   local i
   for ((i = 0; i < 60; i++)); do
     if engine_answers; then
+      # setsid forks when it leads a process group: the daemon's own PID is in its pidfile.
+      [[ -s $state/dockerd.pid ]] && ENGINE_STARTED_PID=$(< "$state/dockerd.pid")
       _log "dockerd $ENGINE_STARTED_PID is up ($(docker info --format '{{.ServerVersion}}, {{.Driver}}, cgroup {{.CgroupVersion}} {{.CgroupDriver}}' 2>/dev/null))"
       return 0
     fi
