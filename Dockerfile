@@ -5,13 +5,23 @@
 #
 #   docker build -t ghcr.io/hugepage-extender/hugepage-extender:0.1.0 .
 #
+# Build arguments (both optional):
+#   PYTHON_IMAGE         the base image (default: the official Python 3.11 image,
+#                        the version the tests run on). Any Debian-like image whose
+#                        `python` is 3.11+ with venv works; the offline kind build
+#                        (e2e/kind/images/build) passes a debootstrap'd bookworm.
+#   PIP_INSTALL_OPTIONS  extra pip options, e.g. "--no-index
+#                        --find-links=requirements/wheels" to install from wheels
+#                        prepared on the host and put in the build context.
+#
 # The chart's default image is ghcr.io/hugepage-extender/hugepage-extender with
 # the chart's appVersion as tag, i.e. the version in extender/__init__.py.
 
-ARG PYTHON_IMAGE=python:3.12-slim-trixie
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # --- build: a virtualenv with the wheel and its dependencies -----------------
 FROM ${PYTHON_IMAGE} AS build
+ARG PIP_INSTALL_OPTIONS=""
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore \
@@ -21,16 +31,17 @@ RUN python -m venv /opt/hugepage-extender
 # Runtime dependencies first, in their own layer, so a source change does not
 # download them again: only [project.dependencies] (no test or build tools),
 # at the versions the tests ran with.
-COPY requirements/constraints.txt requirements/constraints.txt
+# requirements/ holds constraints.txt (and, for an offline build, wheels/).
+COPY requirements/ requirements/
 COPY pyproject.toml README.md ./
 RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
       > /tmp/runtime-requirements.txt \
- && /opt/hugepage-extender/bin/pip install --no-compile -c requirements/constraints.txt -r /tmp/runtime-requirements.txt
+ && /opt/hugepage-extender/bin/pip install --no-compile $PIP_INSTALL_OPTIONS -c requirements/constraints.txt -r /tmp/runtime-requirements.txt
 # Then the package itself, a regular (non-editable) install. pip goes; bytecode
 # is compiled here, valid whatever the file times: the root filesystem is
 # read-only at run time, so Python could never write it later.
 COPY extender/ extender/
-RUN /opt/hugepage-extender/bin/pip install --no-compile --no-deps . \
+RUN /opt/hugepage-extender/bin/pip install --no-compile --no-deps $PIP_INSTALL_OPTIONS . \
  && /opt/hugepage-extender/bin/pip check \
  && /opt/hugepage-extender/bin/pip uninstall --yes pip \
  && python -m compileall -q -f --invalidation-mode unchecked-hash /opt/hugepage-extender/lib
@@ -56,4 +67,6 @@ RUN ["hugepage-extender", "--version"]
 # when started with --probe-port 8081 (as the chart does).
 EXPOSE 8888 8081
 ENTRYPOINT ["hugepage-extender"]
-CMD ["serve", "--host", "0.0.0.0"]
+# The image runs in a cluster: list and watch it with the pod's service account
+# (serve needs a source; the chart passes its own arguments).
+CMD ["serve", "--in-cluster", "--host", "0.0.0.0"]

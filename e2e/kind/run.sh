@@ -1,122 +1,219 @@
 #!/usr/bin/env bash
-# End-to-end run on a throwaway kind cluster (needs a Docker engine):
-#   1. build the extender image from the Dockerfile,
-#   2. create the cluster (e2e/kind/cluster.yaml) and load the image,
-#   3. helm install the chart with e2e/kind/values.yaml (secondary scheduler,
-#      HTTPS + client certificates),
-#   4. run the placement scenarios (e2e/kind/test_kind.py),
-#   5. collect logs into $ARTIFACTS, and delete the cluster.
+# End-to-end run on a throwaway kind cluster with real kubelets and real hugepages:
+#   1. make a Docker engine answer (lib.sh: Debian's docker.io, dockerd started
+#      here when none runs, and stopped again by PID),
+#   2. build every image offline (e2e/kind/images/build; cached),
+#   3. size the host's 2 MiB hugepage pool (put back afterwards, also on failure):
+#      the kind nodes share the host's kernel, so every kubelet reports that pool,
+#   4. create the cluster (e2e/kind/cluster.yaml), give each node a node-local
+#      CNI (ptp + host-local for its podCIDR, routes to the others' podCIDRs),
+#      load the extender image,
+#   5. helm install the chart with e2e/kind/values.yaml,
+#   6. run the scenarios (e2e/kind/test_kind.py),
+#   7. collect logs into $ARTIFACTS, delete the cluster, restore the pool, stop
+#      what this run started.
 #
-# Usage: e2e/kind/run.sh [pytest args...]
+# Usage: e2e/kind/run.sh [--if-possible] [pytest args...]
+#   --if-possible  where Docker truly cannot run (no engine answers, and none can be
+#                  installed and started: not root, no apt-get), report the suite as
+#                  skipped, by name and reason, and exit 0 (make test uses this).
 #
 # Environment:
-#   ARTIFACTS        where logs go (default: out/kind-e2e)
-#   CLUSTER          kind cluster name (default: hugepage-e2e)
-#   KEEP_CLUSTER=1   leave the cluster running afterwards
-#   KIND_NODE_IMAGE  node image (default: kind v0.33.0's default, Kubernetes v1.37.0)
-#   KIND, HELM       binaries (default: the pinned ones from e2e/tools/build,
-#                    built if missing; else from PATH)
-#   KUBECTL          kubectl (default: kubectl on PATH)
-#   PYTHON           Python with the project and pytest (default: .venv/bin/python)
+#   ARTIFACTS          where logs go (default: out/kind-e2e)
+#   CLUSTER            kind cluster name (default: hugepage-e2e)
+#   KEEP_CLUSTER=1     leave the cluster (and the hugepage pool, and dockerd) up
+#   HUGEPAGES_2M       pages in the host's 2 MiB pool during the run (default 512 = 1Gi)
+#   KIND_NODE_IMAGE    node image (default: built offline by e2e/kind/images/build)
+#   KIND, HELM         binaries (default: the pinned ones from e2e/tools/build)
+#   KUBECTL            kubectl (default: the one built with the node image)
+#   PYTHON             Python with the project and pytest (default: .venv/bin/python)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
+LOG_PREFIX=e2e/kind
+# shellcheck source=images/lib.sh
+source "$root/e2e/kind/images/lib.sh"
+log() { _log "$*"; }
+die() { _log "error: $*"; exit 1; }
 
-log() { printf 'e2e/kind: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+optional=0
+if [[ ${1:-} == --if-possible ]]; then optional=1; shift; fi
 
 cluster=${CLUSTER:-hugepage-e2e}
 artifacts=${ARTIFACTS:-$root/out/kind-e2e}
-node_image=${KIND_NODE_IMAGE:-kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5}
-image=hugepage-extender:e2e
 release=hugepage-extender
 namespace=hugepage-extender
 python=${PYTHON:-$root/.venv/bin/python}
-kubectl=${KUBECTL:-kubectl}
-
-# --- tools ------------------------------------------------------------------------
-command -v docker >/dev/null || die "kind e2e needs a Docker engine: no docker command on PATH"
-docker info >/dev/null 2>&1 || die "kind e2e needs a Docker engine: 'docker info' failed (is the daemon running?)"
-if [[ -z ${KIND:-} || -z ${HELM:-} ]]; then
-  tools_bin=""
-  if command -v go >/dev/null 2>&1 || [[ -x /usr/local/go/bin/go ]]; then
-    # Builds on a cache miss (minutes), reuses the cached binaries otherwise.
-    tools_bin=$(e2e/tools/build | tail -n 1)
-  fi
-  KIND=${KIND:-${tools_bin:+$tools_bin/kind}}
-  HELM=${HELM:-${tools_bin:+$tools_bin/helm}}
-  KIND=${KIND:-$(command -v kind || true)}
-  HELM=${HELM:-$(command -v helm || true)}
-fi
-[[ -x ${KIND:-} ]] || die "no kind binary (set KIND, or install Go so e2e/tools/build can build it)"
-[[ -x ${HELM:-} ]] || die "no helm binary (set HELM, or install Go so e2e/tools/build can build it)"
-command -v "$kubectl" >/dev/null || die "no kubectl on PATH (set KUBECTL)"
+pages=${HUGEPAGES_2M:-512}
+nr_hugepages=/proc/sys/vm/nr_hugepages
 [[ -x $python ]] || die "no Python at $python: run 'make lint' once (it creates .venv), or set PYTHON"
-log "kind $("$KIND" version), helm $("$HELM" version --short), kubectl $("$kubectl" version --client -o json | "$python" -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])')"
+started=$SECONDS
+timings=()
+phase() { timings+=("$1 $(( SECONDS - phase_started )) s"); log "$1 took $(( SECONDS - phase_started )) s"; phase_started=$SECONDS; }
+phase_started=$SECONDS
 
+# --- where Docker truly cannot run: skip by name ------------------------------------
+cannot_run() {
+  if (( optional )); then
+    log "SKIPPED: the kind e2e suite cannot run here: $1"
+    KIND_E2E_SKIP_REASON="kind e2e cannot run here: $1" \
+      "$python" -m pytest e2e/kind -rs -p no:cacheprovider -q || true
+    exit 0
+  fi
+  die "$1"
+}
+if ! { command -v docker >/dev/null 2>&1 && engine_answers; }; then
+  if [[ $(id -u) != 0 ]]; then cannot_run "no Docker engine answers, and this user is not root (cannot start dockerd)"; fi
+  if ! command -v dockerd >/dev/null 2>&1 && ! command -v apt-get >/dev/null 2>&1; then
+    cannot_run "no Docker engine answers, and there is neither dockerd nor apt-get to install Debian's docker.io"
+  fi
+fi
+
+# --- cleanup, whatever happens ------------------------------------------------------
 mkdir -p "$artifacts"
-# The cluster's admin credentials stay out of $ARTIFACTS (CI uploads it).
 workdir=$(mktemp -d "${TMPDIR:-/tmp}/hugepage-kind.XXXXXX")
-kubeconfig=$workdir/kubeconfig
+kubeconfig=$workdir/kubeconfig # the cluster's admin credentials stay out of $ARTIFACTS
 export KUBECONFIG=$kubeconfig
+old_pages=""
+cluster_created=0
+KIND=${KIND:-} HELM=${HELM:-} KUBECTL=${KUBECTL:-}
+
+restore_pages() {
+  [[ -n $old_pages ]] || return 0
+  echo "$old_pages" > "$nr_hugepages" 2>/dev/null || true
+  log "hugepage pool back to $(< "$nr_hugepages") pages (was $old_pages before the run)"
+  old_pages=""
+}
 
 collect() {
   local rc=$?
   set +e
-  log "collecting logs into $artifacts"
-  {
-    "$kubectl" get nodes -o wide
-    "$kubectl" get pods -A -o wide
-    "$kubectl" get events -A --sort-by=.lastTimestamp
-  } > "$artifacts/cluster.txt" 2>&1
-  "$kubectl" get nodes -o yaml > "$artifacts/nodes.yaml" 2>&1
-  "$kubectl" -n "$namespace" describe pods > "$artifacts/describe-pods.txt" 2>&1
-  for deployment in "$release" "$release-scheduler"; do
-    "$kubectl" -n "$namespace" logs "deployment/$deployment" --all-containers --prefix --tail=-1 \
-      --max-log-requests=10 > "$artifacts/logs-$deployment.txt" 2>&1
-  done
-  "$HELM" status "$release" -n "$namespace" > "$artifacts/helm-status.txt" 2>&1
-  "$KIND" export logs "$artifacts/kind-logs" --name "$cluster" >/dev/null 2>&1
+  if (( cluster_created )); then
+    log "collecting logs into $artifacts"
+    {
+      "$KUBECTL" get nodes -o wide
+      "$KUBECTL" get pods -A -o wide
+      "$KUBECTL" get events -A --sort-by=.lastTimestamp
+    } > "$artifacts/cluster.txt" 2>&1
+    "$KUBECTL" get nodes -o yaml > "$artifacts/nodes.yaml" 2>&1
+    "$KUBECTL" -n "$namespace" describe pods > "$artifacts/describe-pods.txt" 2>&1
+    for deployment in "$release" "$release-scheduler"; do
+      "$KUBECTL" -n "$namespace" logs "deployment/$deployment" --all-containers --prefix --tail=-1 \
+        --max-log-requests=10 > "$artifacts/logs-$deployment.txt" 2>&1
+    done
+    "$HELM" status "$release" -n "$namespace" > "$artifacts/helm-status.txt" 2>&1
+    timeout 120 "$KIND" export logs "$artifacts/kind-logs" --name "$cluster" >/dev/null 2>&1
+  fi
   if [[ ${KEEP_CLUSTER:-0} == 1 ]]; then
     log "keeping cluster $cluster (KUBECONFIG=$kubeconfig); delete with: $KIND delete cluster --name $cluster"
+    log "the hugepage pool stays at $(< "$nr_hugepages") pages (was $old_pages); dockerd ${ENGINE_STARTED_PID:-(not started here)} stays up"
   else
-    "$KIND" delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1
+    if (( cluster_created )); then
+      "$KIND" delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1 \
+        || log "warning: deleting cluster $cluster failed"
+    fi
     rm -rf "$workdir"
+    restore_pages
+    engine_down
   fi
+  log "timings: ${timings[*]/%/;} total $((SECONDS - started)) s"
+  if (( rc == 0 )); then log "PASSED"; else log "FAILED (exit $rc; logs in $artifacts)"; fi
   exit "$rc"
 }
+trap collect EXIT
+# Interrupted or timed out: still clean up (the EXIT trap runs on exit).
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
-# --- image ------------------------------------------------------------------------
-log "building $image"
-docker build --tag "$image" "$root"
+# --- engine and images ----------------------------------------------------------------
+if ! engine_up; then
+  cannot_run "no Docker engine could be started (see the messages above)"
+fi
+phase "engine"
+build_out=$("$root/e2e/kind/images/build") || die "the offline image build failed"
+node_image=${KIND_NODE_IMAGE:-$(sed -n 's/^KIND_NODE_IMAGE=//p' <<< "$build_out")}
+image=$(sed -n 's/^EXTENDER_IMAGE=//p' <<< "$build_out")
+KUBECTL=${KUBECTL:-$(sed -n 's/^KUBECTL=//p' <<< "$build_out")}
+phase "images"
 
-# --- cluster ----------------------------------------------------------------------
-# The workers mount this empty directory over /sys/kernel/mm/hugepages (see
-# cluster.yaml); it must exist and stay empty.
-mkdir -p /tmp/hugepage-extender-kind/no-hugepages
-[[ -z $(ls -A /tmp/hugepage-extender-kind/no-hugepages) ]] || die "/tmp/hugepage-extender-kind/no-hugepages must be empty"
+if [[ -z $KIND || -z $HELM ]]; then
+  tools_bin=$(e2e/tools/build | tail -n 1)
+  KIND=${KIND:-$tools_bin/kind}
+  HELM=${HELM:-$tools_bin/helm}
+fi
+[[ -x $KIND && -x $HELM && -x $KUBECTL ]] || die "missing kind ($KIND), helm ($HELM) or kubectl ($KUBECTL)"
+log "kind $("$KIND" version), helm $("$HELM" version --short), kubectl $("$KUBECTL" version --client -o json | "$python" -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])'), node image $node_image"
 
+# --- the host's hugepage pool -----------------------------------------------------------
+[[ -w $nr_hugepages ]] || die "cannot size the hugepage pool ($nr_hugepages is not writable)"
+old_pages=$(< "$nr_hugepages")
+echo "$pages" > "$nr_hugepages"
+got=$(< "$nr_hugepages")
+[[ $got == "$pages" ]] || die "asked the kernel for $pages 2 MiB pages, got $got (memory too fragmented?)"
+log "hugepage pool: $pages pages of 2 MiB (was $old_pages; put back at the end)"
+
+# --- cluster ------------------------------------------------------------------------------
 if "$KIND" get clusters 2>/dev/null | grep -qx "$cluster"; then
   log "deleting the leftover cluster $cluster"
   "$KIND" delete cluster --name "$cluster"
 fi
-trap collect EXIT
 log "creating cluster $cluster ($node_image)"
+cluster_created=1
 "$KIND" create cluster --name "$cluster" --config e2e/kind/cluster.yaml --image "$node_image" \
-  --kubeconfig "$kubeconfig" --wait 180s
-"$KIND" load docker-image "$image" --name "$cluster"
+  --kubeconfig "$kubeconfig" --retain
+phase "cluster create"
+
+# Node-local CNI in kindnetd's place (cluster.yaml disables kind's default CNI):
+# each node gets a ptp + host-local conflist for its own podCIDR and a route to
+# every other node's podCIDR via that node's address on the kind network.
+"$KUBECTL" wait --for=jsonpath='{.spec.podCIDR}' nodes --all --timeout=120s >/dev/null \
+  || die "the nodes got no podCIDR"
+mapfile -t node_rows < <("$KUBECTL" get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')
+for row in "${node_rows[@]}"; do
+  read -r name cidr _ <<< "$row"
+  docker exec -i "$name" sh -c 'mkdir -p /etc/cni/net.d && cat > /etc/cni/net.d/10-hugepage-e2e.conflist' <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "hugepage-e2e",
+  "plugins": [
+    {
+      "type": "ptp",
+      "ipMasq": false,
+      "mtu": 1500,
+      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$cidr"}]], "routes": [{"dst": "0.0.0.0/0"}]}
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+  for other in "${node_rows[@]}"; do
+    read -r other_name other_cidr other_ip <<< "$other"
+    [[ $other_name == "$name" ]] && continue
+    docker exec "$name" ip route replace "$other_cidr" via "$other_ip"
+  done
+done
+"$KUBECTL" wait --for=condition=Ready nodes --all --timeout=180s >/dev/null || die "the nodes did not become Ready"
+"$KUBECTL" -n kube-system rollout status deployment/coredns --timeout=180s >/dev/null || die "coredns did not become ready"
+phase "cni + nodes ready"
+
+"$KIND" load docker-image "$image" --name "$cluster" >/dev/null
+phase "image load"
 
 # --- install ----------------------------------------------------------------------
 log "installing the chart"
 "$HELM" install "$release" charts/hugepage-extender --namespace "$namespace" --create-namespace \
   --values e2e/kind/values.yaml --wait --timeout 5m
 "$HELM" get notes "$release" -n "$namespace" > "$artifacts/notes.txt"
+phase "helm install"
 
 # --- scenarios --------------------------------------------------------------------
-log "running the placement scenarios"
+log "running the scenarios"
 KIND_E2E_KUBECONFIG=$kubeconfig \
 KIND_E2E_REQUIRED=1 \
+KIND_E2E_CLUSTER=$cluster \
+KIND_E2E_HUGEPAGES_2M=$pages \
 HELM=$HELM \
-KUBECTL=$kubectl \
-  "$python" -m pytest e2e/kind -v -p no:cacheprovider --junitxml "$artifacts/junit.xml" "$@"
+KUBECTL=$KUBECTL \
+  "$python" -m pytest e2e/kind -v -rA -s -p no:cacheprovider --junitxml "$artifacts/junit.xml" "$@"
+phase "scenarios"

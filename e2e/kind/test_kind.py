@@ -1,25 +1,34 @@
-"""Placement scenarios on a kind cluster, through the chart's secondary scheduler.
+"""Scenarios on a kind cluster with real kubelets and real hugepages.
 
-Run by e2e/kind/run.sh, which builds the image, creates the cluster, installs
-the chart (HTTPS + client certificates) and points ``KIND_E2E_KUBECONFIG`` at
-it. Without a Docker engine the whole module is skipped, by name and reason.
+Run by e2e/kind/run.sh, which builds the images offline, sizes the host's 2 MiB
+hugepage pool, creates the cluster, installs the chart (secondary scheduler,
+HTTPS + client certificates) and points ``KIND_E2E_KUBECONFIG`` at it. Where
+Docker cannot run at all, the whole module is skipped, by name and reason.
 
-kind nodes have no hugepages: each worker gets a fake 1Gi hugepages-2Mi pool by
-patching its Node status (the kubelet leaves it alone, see cluster.yaml). The
-scenarios then use what only the extender knows, so that a pass proves the
-extender decided, not kube-scheduler's own NodeResourcesFit:
+kind nodes share the host's kernel: every kubelet reports the host's one pool
+as its own ``hugepages-2Mi`` (``KIND_E2E_HUGEPAGES_2M`` pages). Pages taken on
+one node are, seen from any other, pages held outside its pods. The placement
+scenarios use what only the extender knows, so that a pass proves the extender
+decided, not kube-scheduler's own NodeResourcesFit:
   - pages held outside pods (the reserved annotation),
   - memory-backed need (needFromMemory) for pods that request no hugepages,
   - shadow versus enforce per namespace, and flipping one with `helm upgrade`.
+The A/B scenario then takes real pages: pods mmap files on an
+``emptyDir: {medium: HugePages}`` (and VM-style pods anonymous hugepage memory)
+and touch every page, beside pages a host process holds outside any pod; in
+``off`` it counts the pods that fail on the node, in ``enforce`` there must be
+none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +37,7 @@ from typing import Any
 import pytest
 
 from e2e.controlplane import wait_until
+from extender.quantity import to_units
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "hugepage-extender"
@@ -35,15 +45,26 @@ NAMESPACE = "hugepage-extender"
 SCHEDULER_NAME = "hugepage-scheduler"
 RESOURCE = "hugepages-2Mi"
 RESERVED = f"hugepage-extender.io/reserved-{RESOURCE}"
-POOL = "1Gi"
+PAGE = 2 * 1024 * 1024
+MI = 1024 * 1024
+# The host's 2 MiB pool, sized by run.sh before the cluster started.
+POOL_PAGES = int(os.environ.get("KIND_E2E_HUGEPAGES_2M", "512"))
+POOL = f"{POOL_PAGES * 2}Mi"
+HOST_POOL = Path("/sys/kernel/mm/hugepages/hugepages-2048kB")
 ENFORCE, SHADOW, MEMORY = "hp-enforce", "hp-shadow", "hp-memory"
+AB_OFF, AB_ENFORCE = "hp-ab-off", "hp-ab-enforce"
+TEST_NAMESPACES = (ENFORCE, SHADOW, MEMORY, AB_OFF, AB_ENFORCE)
 PAUSE = "registry.k8s.io/pause:3.10"
+# The extender's image has Python: the pods that take real pages run it.
+TOUCHER_IMAGE = "hugepage-extender:e2e"
+INSUFFICIENT = f"Insufficient {RESOURCE} (pool in use or held by placements in flight)"
+# The extender's reasons for a node without room for the pod: its pods and
+# placements in flight use the pool, or (where pages held outside pods are
+# committed, as with the node agent) what they leave of the pool is too small.
+NO_ROOM = (INSUFFICIENT, f"Pod's {RESOURCE} request exceeds what pages held outside pods leave of the pool")
 # Node and pod changes reach the extender through its watch; a few seconds is
 # far more than the watch needs and keeps the scenarios deterministic.
 WATCH_SETTLE_SECONDS = 5.0
-# The kubelet posts node status every 10 s (nodeStatusUpdateFrequency); after
-# two rounds a patched pool that the kubelet would overwrite is gone.
-KUBELET_ROUNDS_SECONDS = 25.0
 
 
 def _cannot_run(reason: str) -> None:
@@ -67,6 +88,9 @@ def _docker_problem() -> str | None:
     return None
 
 
+if reason := os.environ.get("KIND_E2E_SKIP_REASON"):
+    # run.sh --if-possible, where Docker truly cannot run.
+    _cannot_run(reason)
 if (problem := _docker_problem()) is not None:
     _cannot_run(f"kind e2e needs a Docker engine: {problem}")
 if not os.environ.get("KIND_E2E_KUBECONFIG"):
@@ -104,15 +128,23 @@ def worker_names() -> list[str]:
     return [n["metadata"]["name"] for n in ordered]
 
 
-def set_pool(node: str, quantity: str) -> None:
-    """A fake hugepage pool: capacity and allocatable, through the status subresource."""
-    patch = {"status": {"capacity": {RESOURCE: quantity}, "allocatable": {RESOURCE: quantity}}}
-    kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p", json.dumps(patch))
-
-
 def pool_of(node: str) -> str | None:
     allocatable: dict[str, str] = get_json("node", node)["status"]["allocatable"]
     return allocatable.get(RESOURCE)
+
+
+def host_pool() -> dict[str, int]:
+    """The host's 2 MiB pool as the kernel counts it (the nodes share it)."""
+    return {
+        name: int((HOST_POOL / name).read_text())
+        for name in ("nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepages")
+    }
+
+
+def pages_in_use() -> int:
+    """Pages taken or promised (mapped but not yet touched): total - free + reserved."""
+    pool = host_pool()
+    return pool["nr_hugepages"] - pool["free_hugepages"] + pool["resv_hugepages"]
 
 
 def set_reserved(reserved: dict[str, str | None]) -> None:
@@ -127,15 +159,14 @@ def set_reserved(reserved: dict[str, str | None]) -> None:
 def workers() -> Iterator[list[str]]:
     names = worker_names()
     assert len(names) == 3, f"expected the three workers of e2e/kind/cluster.yaml, found {names}"
-    for name in names:
-        set_pool(name, POOL)
-    time.sleep(KUBELET_ROUNDS_SECONDS)
-    for name in names:
-        assert pool_of(name) == POOL, (
-            f"the kubelet on {name} reset its {RESOURCE} pool to {pool_of(name)!r}: the empty "
-            "/sys/kernel/mm/hugepages mount of e2e/kind/cluster.yaml did not take effect"
-        )
-    for namespace in (ENFORCE, SHADOW, MEMORY):
+    # Every kubelet reports the host's one pool as its own.
+    nodes = [n["metadata"]["name"] for n in get_json("nodes")["items"]]
+    pools = {node: pool_of(node) for node in nodes}
+    assert {to_units(p or 0) for p in pools.values()} == {POOL_PAGES * PAGE}, (
+        f"expected every node to report the host's {POOL} pool, got {pools}"
+    )
+    assert host_pool()["nr_hugepages"] == POOL_PAGES, host_pool()
+    for namespace in TEST_NAMESPACES:
         kubectl(
             "apply",
             "-f",
@@ -144,7 +175,7 @@ def workers() -> Iterator[list[str]]:
         )
     set_reserved(dict.fromkeys(names))
     yield names
-    for namespace in (ENFORCE, SHADOW, MEMORY):
+    for namespace in TEST_NAMESPACES:
         kubectl("delete", "namespace", namespace, "--wait=false", check=False)
     set_reserved(dict.fromkeys(names))
 
@@ -243,6 +274,16 @@ def metric_sum(name: str, **labels: str) -> float:
     return sum(metric(pod, name, **labels) for pod in extender_pods())
 
 
+def shadow_rejections() -> float:
+    """Nodes shadow mode would have rejected, for either reason (no room now, or never)."""
+    name = "hugepage_extender_fit_rejected_nodes_total"
+    return sum(metric_sum(name, mode="shadow", reason=reason) for reason in ("insufficient", "exceeds_pool"))
+
+
+def says_no_room(message: str) -> bool:
+    return any(reason in message for reason in NO_ROOM)
+
+
 # -- scenarios ------------------------------------------------------------------------------
 
 
@@ -270,7 +311,7 @@ def test_enforce_leaves_the_pod_pending_when_no_pool_has_room(workers: list[str]
     create_pod(pods, ENFORCE, "no-room", hugepages="512Mi")
     message = failed_scheduling(ENFORCE, "no-room")
     # The extender's constant reason, aggregated by the scheduler over the workers.
-    assert f"Insufficient {RESOURCE} (pool in use or held by placements in flight)" in message
+    assert says_no_room(message), message
     assert_stays_pending(ENFORCE, "no-room")
 
 
@@ -278,10 +319,10 @@ def test_shadow_places_the_pod_and_counts_the_would_be_rejections(
     workers: list[str], pods: list[tuple[str, str]]
 ) -> None:
     set_reserved(dict.fromkeys(workers, POOL))
-    before = metric_sum("hugepage_extender_fit_rejected_nodes_total", mode="shadow", reason="insufficient")
+    before = shadow_rejections()
     create_pod(pods, SHADOW, "shadowed", hugepages="512Mi")
     assert node_of(SHADOW, "shadowed") in workers
-    after = metric_sum("hugepage_extender_fit_rejected_nodes_total", mode="shadow", reason="insufficient")
+    after = shadow_rejections()
     assert after - before == len(workers)
 
 
@@ -316,8 +357,14 @@ def test_flip_shadow_namespace_to_enforce_with_one_value(workers: list[str], pod
         annotations: dict[str, str] = deployment["spec"]["template"]["metadata"]["annotations"]
         return annotations["checksum/config"]
 
+    def scheduler_pods() -> set[str]:
+        selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=scheduler"
+        return {p["metadata"]["uid"] for p in get_json("pods", "-n", NAMESPACE, "-l", selector)["items"]}
+
     server_cert, client_cert = secret(f"{RELEASE}-tls"), secret(f"{RELEASE}-client-tls")
     scheduler_checksum = scheduler_template_hash()
+    schedulers = scheduler_pods()
+    assert schedulers
     subprocess.run(
         [
             HELM,
@@ -336,6 +383,7 @@ def test_flip_shadow_namespace_to_enforce_with_one_value(workers: list[str], pod
             "5m",
         ],
         check=True,
+        stdout=subprocess.DEVNULL,  # the release notes; errors go to stderr
     )
     kubectl("rollout", "status", f"deployment/{RELEASE}", "-n", NAMESPACE, "--timeout=180s")
     # The generated certificates survive the upgrade (read back with lookup),
@@ -343,9 +391,415 @@ def test_flip_shadow_namespace_to_enforce_with_one_value(workers: list[str], pod
     assert secret(f"{RELEASE}-tls") == server_cert
     assert secret(f"{RELEASE}-client-tls") == client_cert
     assert scheduler_template_hash() == scheduler_checksum
+    assert scheduler_pods() == schedulers, "the upgrade restarted the scheduler"
     wait_until("two ready extender replicas", lambda: len(extender_pods()) == 2, timeout=90, interval=1.0)
     time.sleep(WATCH_SETTLE_SECONDS)
     set_reserved(dict.fromkeys(workers, POOL))
     create_pod(pods, SHADOW, "now-enforced", hugepages="512Mi")
-    assert f"Insufficient {RESOURCE}" in failed_scheduling(SHADOW, "now-enforced")
+    message = failed_scheduling(SHADOW, "now-enforced")
+    assert says_no_room(message), message
     assert_stays_pending(SHADOW, "now-enforced")
+
+
+# -- real pages ------------------------------------------------------------------------------
+
+# Run in each A/B pod by the image's Python. "file": a file on the pod's
+# HugePages emptyDir, mapped shared (`dd` into hugetlbfs fails: only mmap
+# works); "anon": anonymous hugepage memory, as a VM's guest RAM. Every 2 MiB
+# page is touched, so the kernel really hands them out; then the pod holds them.
+TOUCHER = """
+import mmap, os, sys, time
+size, kind = int(sys.argv[1]), sys.argv[2]
+if kind == "file":
+    fd = os.open("/hugepages/guest", os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, size)
+    m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+else:
+    m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40000)
+for offset in range(0, size, 2 << 20):
+    m[offset] = 1
+open("/run/touched", "w").close()
+print(f"touched {size >> 21} pages ({kind})", flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+# Run on the host: pages held outside any pod (a VM or DPDK started by a node
+# agent), anonymous and touched, until its stdin closes.
+HOLDER = """
+import mmap, sys
+size = int(sys.argv[1])
+m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40000)
+for offset in range(0, size, 2 << 20):
+    m[offset] = 1
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def pages_held_on_the_host(pages: int) -> Iterator[None]:
+    before = pages_in_use()
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(pages * PAGE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as holder:
+        assert holder.stdin is not None
+        assert holder.stdout is not None
+        try:
+            assert holder.stdout.readline().strip() == "held", "the host process could not take its hugepages"
+            assert pages_in_use() - before >= pages
+            yield
+        finally:
+            holder.stdin.close()
+            try:
+                holder.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                holder.kill()
+                holder.wait()
+
+
+def toucher_pod(namespace: str, name: str, node: str, *, hugepage_bytes: int = 0, vm_bytes: int = 0) -> dict[str, Any]:
+    """A pod that takes real pages: `hugepage_bytes` through its HugePages emptyDir
+    (requested as hugepages-2Mi), or `vm_bytes` of anonymous hugepage memory
+    requested only as memory (a VM-style pod: needFromMemory counts it)."""
+    if hugepage_bytes:
+        memory = 48 * MI
+        resources = {
+            "requests": {"cpu": "10m", "memory": str(memory), RESOURCE: str(hugepage_bytes)},
+            "limits": {"memory": str(memory), RESOURCE: str(hugepage_bytes)},
+        }
+        args = [str(hugepage_bytes), "file"]
+        volumes = [{"name": "hugepages", "emptyDir": {"medium": "HugePages"}}]
+        mounts = [{"name": "hugepages", "mountPath": "/hugepages"}]
+    else:
+        resources = {"requests": {"cpu": "10m", "memory": str(vm_bytes)}, "limits": {"memory": str(vm_bytes)}}
+        args, volumes, mounts = [str(vm_bytes), "anon"], [], []
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "hugepage-e2e-ab"}},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "volumes": volumes,
+            "containers": [
+                {
+                    "name": "guest",
+                    "image": TOUCHER_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["python", "-c", TOUCHER, *args],
+                    "securityContext": {"runAsUser": 0},
+                    "resources": resources,
+                    "volumeMounts": mounts,
+                    "readinessProbe": {"exec": {"command": ["test", "-e", "/run/touched"]}, "periodSeconds": 1},
+                }
+            ],
+        },
+    }
+
+
+def failure_on_the_node(pod: dict[str, Any]) -> str | None:
+    """Why a bound pod failed on its node (kubelet admission such as
+    OutOfhugepages, a container that could not start or exited), or None."""
+    status = pod.get("status", {})
+    if status.get("phase") == "Failed":
+        reason = status.get("reason") or ""
+        for container in status.get("containerStatuses", []):
+            terminated = container.get("state", {}).get("terminated") or {}
+            if terminated:
+                reason = reason or f"{terminated.get('reason')} (exit {terminated.get('exitCode')})"
+        return reason or "Failed"
+    for container in status.get("containerStatuses", []):
+        state = container.get("state", {})
+        waiting = str((state.get("waiting") or {}).get("reason", ""))
+        if waiting and waiting not in ("ContainerCreating", "PodInitializing"):
+            return waiting
+        terminated = state.get("terminated") or {}
+        if terminated and terminated.get("exitCode", 0) != 0:
+            return f"{terminated.get('reason')} (exit {terminated.get('exitCode')})"
+        if container.get("restartCount", 0):
+            return "restarted"
+    return None
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def scheduling_messages(namespace: str) -> dict[str, str]:
+    events = get_json("events", "-n", namespace, "--field-selector", "reason=FailedScheduling")["items"]
+    messages: dict[str, str] = {}
+    for event in events:
+        name = event["involvedObject"]["name"]
+        messages[name] = messages.get(name, "") + event.get("message", "")
+    return messages
+
+
+def settle(namespace: str, names: list[str], timeout: float = 240.0) -> dict[str, dict[str, Any]]:
+    """Wait until each pod is bound and ready, bound and failed, or unbound with a
+    FailedScheduling event; the pods then."""
+
+    def settled() -> dict[str, dict[str, Any]] | None:
+        pods = {p["metadata"]["name"]: p for p in get_json("pods", "-n", namespace)["items"]}
+        messages = scheduling_messages(namespace)
+        for name in names:
+            pod = pods.get(name)
+            if pod is None:
+                return None
+            if pod["spec"].get("nodeName"):
+                if not is_ready(pod) and failure_on_the_node(pod) is None:
+                    return None
+            elif name not in messages:
+                return None
+        return pods
+
+    result: dict[str, dict[str, Any]] = wait_until(f"the pods in {namespace} to settle", settled, timeout=timeout)
+    return result
+
+
+def delete_pods(namespace: str, selector: str) -> None:
+    kubectl("delete", "pods", "-n", namespace, "-l", selector, "--grace-period=0", "--force", "--wait=true")
+
+
+def burst_on_one_node(namespace: str, node: str, unit_pages: int) -> dict[str, Any]:
+    """The A/B burst on one worker: 12 hugepage pods and 6 VM-style pods, one
+    unit of pages each (18 units, more than the 16-unit pool); the counts."""
+    pods = []
+    for i in range(18):
+        if i % 3 == 2:
+            pods.append(toucher_pod(namespace, f"vm-{i:02d}", node, vm_bytes=unit_pages * PAGE))
+        else:
+            pods.append(toucher_pod(namespace, f"hp-{i:02d}", node, hugepage_bytes=unit_pages * PAGE))
+    names = [p["metadata"]["name"] for p in pods]
+    kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    result = settle(namespace, names)
+    messages = scheduling_messages(namespace)
+    placed = [n for n in names if result[n]["spec"].get("nodeName")]
+    failed = {n: why for n in placed if (why := failure_on_the_node(result[n])) is not None}
+    pending = {n: messages.get(n, "") for n in names if n not in placed}
+    return {"pods": len(names), "placed": placed, "failed": failed, "pending": pending}
+
+
+def pages_back_to(in_use: int) -> None:
+    wait_until(
+        "the deleted pods' pages to go back to the pool", lambda: pages_in_use() == in_use, timeout=120, interval=1.0
+    )
+
+
+def test_ab_pods_needing_hugepages_do_not_fail_on_the_node(workers: list[str]) -> None:
+    # One worker, so that the reserved annotation read from the host's counters
+    # is exact (with a shared pool, every other node's pods are outside pages
+    # too: the node agent's job). Pool = 16 units; the host holds 4 outside
+    # any pod; the burst asks for 18 (12 hugepage pods, 6 VM-style pods).
+    w1 = workers[0]
+    unit = POOL_PAGES // 16
+    assert unit >= 1, f"the pool ({POOL_PAGES} pages) is too small for the A/B"
+    assert pages_in_use() == 0, f"pages in use before the A/B: {host_pool()}"
+    counts: dict[str, dict[str, Any]] = {}
+    with pages_held_on_the_host(4 * unit):
+        for namespace in (AB_OFF, AB_ENFORCE):
+            outside = pages_in_use()
+            set_reserved({w1: f"{outside * 2}Mi"})
+            counts[namespace] = result = burst_on_one_node(namespace, w1, unit)
+            in_use = pages_in_use()
+            print(
+                f"\nA/B {namespace}: {result['pods']} pods, {len(result['placed'])} placed on {w1}, "
+                f"{len(result['failed'])} failed on the node, {len(result['pending'])} pending; "
+                f"host pool {host_pool()}, {outside} pages held outside pods"
+            )
+            for name, why in sorted(result["failed"].items()):
+                print(f"  failed  {namespace}/{name}: {why}")
+            for name, why in sorted(result["pending"].items()):
+                print(f"  pending {namespace}/{name}: {why.splitlines()[0] if why else ''}")
+            assert in_use <= POOL_PAGES
+            delete_pods(namespace, "app=hugepage-e2e-ab")
+            pages_back_to(outside)
+    set_reserved({w1: None})
+    off, enforce = counts[AB_OFF], counts[AB_ENFORCE]
+    summary = (
+        f"A/B on real hugepages ({POOL_PAGES} x 2Mi pool, {4 * unit} pages held outside pods, "
+        f"burst of {off['pods']} pods x {unit} pages): "
+        f"off: {len(off['failed'])} of {off['pods']} pods failed on the node; "
+        f"enforce: {len(enforce['failed'])} failed, {len(enforce['pending'])} pending with a reason"
+    )
+    print("\n" + summary)
+    if artifacts := os.environ.get("KIND_E2E_ARTIFACTS"):
+        Path(artifacts, "ab-counts.txt").write_text(summary + "\n")
+    # off: kube-scheduler alone sees a whole pool on the node and places the lot;
+    # the kernel has 12 units for 18.
+    assert len(off["failed"]) > 0, off
+    # enforce: nothing fails on the node; what does not fit waits, saying why.
+    assert enforce["failed"] == {}, enforce
+    assert len(enforce["placed"]) == 12, enforce
+    assert enforce["pending"], enforce
+    for name, message in enforce["pending"].items():
+        assert says_no_room(message), (name, message)
+
+
+# -- the extender itself ---------------------------------------------------------------------
+
+
+def test_replica_deleted_during_a_burst_over_commits_nothing_and_loses_nothing(
+    workers: list[str], pods: list[tuple[str, str]]
+) -> None:
+    # 256Mi of room on each worker (the rest held outside pods), 16 pods of 64Mi:
+    # 12 fit. The replica the scheduler talks to is deleted mid-burst.
+    room = 256 * MI
+    set_reserved(dict.fromkeys(workers, f"{(POOL_PAGES * PAGE - room) // MI}Mi"))
+    serving = max(extender_pods(), key=lambda pod: metric(pod, "hugepage_extender_requests_total", verb="filter"))
+    names = [f"burst-{i:02d}" for i in range(16)]
+    for name in names:
+        create_pod(pods, ENFORCE, name, hugepages="64Mi")
+    wait_until(
+        "a few pods of the burst to be bound",
+        lambda: sum(bool(p["spec"].get("nodeName")) for p in get_json("pods", "-n", ENFORCE)["items"]) >= 3,
+        timeout=60,
+        interval=0.2,
+    )
+    kubectl("delete", "pod", serving, "-n", NAMESPACE, "--wait=false")
+
+    def placed() -> dict[str, list[str]] | None:
+        items = {p["metadata"]["name"]: p for p in get_json("pods", "-n", ENFORCE)["items"]}
+        by_node: dict[str, list[str]] = {}
+        for name in names:
+            node = items[name]["spec"].get("nodeName")
+            if node:
+                by_node.setdefault(node, []).append(name)
+        bound = sum(len(v) for v in by_node.values())
+        return by_node if bound == 12 else None
+
+    by_node = wait_until("12 of the 16 pods to be bound", placed, timeout=240, interval=1.0)
+    per_node = ", ".join(f"{node}: {len(on_node)}" for node, on_node in sorted(by_node.items()))
+    print(f"\nburst with a replica deleted ({serving}): bound per node {per_node}")
+    # Nothing over-committed: at most 4 pods of 64Mi on any node.
+    for node, on_node in by_node.items():
+        assert len(on_node) * 64 * MI <= room, (node, on_node)
+    # Nothing lost: the other 4 wait, with the extender's reason, and stay.
+    messages = scheduling_messages(ENFORCE)
+    pending = [n for n in names if all(n not in v for v in by_node.values())]
+    assert len(pending) == 4
+    for name in pending:
+        assert says_no_room(messages.get(name, "")), (name, messages.get(name))
+    time.sleep(WATCH_SETTLE_SECONDS)
+    assert placed() is not None, "a pending pod was placed later: over-commit"
+    wait_until("two ready extender replicas again", lambda: len(extender_pods()) == 2, timeout=120, interval=1.0)
+
+
+# -- the node agent ----------------------------------------------------------------------------
+
+REPORTS = "hugepagenodereports.hugepage-extender.io"
+
+
+def helm_upgrade(*settings: str) -> None:
+    chart = str(ROOT / "charts" / "hugepage-extender")
+    sets = [f"--set={s}" for s in settings]
+    command = [HELM, "upgrade", RELEASE, chart, "--kubeconfig", KUBECONFIG, "--namespace", NAMESPACE]
+    subprocess.run(
+        [*command, "--reuse-values", *sets, "--wait", "--timeout", "5m"],
+        check=True,
+        stdout=subprocess.DEVNULL,  # the release notes; errors go to stderr
+    )
+
+
+def outside_pages(node: str) -> int | None:
+    """Pages held outside pods in the node agent's record of the node, once there is one."""
+    record = json.loads(kubectl("get", REPORTS, node, "-o", "json", "--ignore-not-found") or "null")
+    if not record:
+        return None
+    size = record["report"]["pageSizes"].get(RESOURCE, {})
+    value = size.get("outsidePages")
+    return int(value) if value is not None else None
+
+
+def test_node_agent_reports_pages_held_outside_pods_and_enforce_holds(workers: list[str]) -> None:
+    # The agent's DaemonSet on every node reads the kernel's counters and the
+    # pods' HugePages emptyDirs. The nodes share the host's pool, so for each
+    # node the pages outside its pods are the host process's and every other
+    # node's pods'. No reserved annotation: the records alone tell the extender.
+    w1, w2 = workers[0], workers[1]
+    set_reserved(dict.fromkeys(workers))
+    unit = POOL_PAGES // 16
+    assert pages_in_use() == 0, f"pages in use before the scenario: {host_pool()}"
+    helm_upgrade("nodeAgent.enabled=true")
+    kubectl("rollout", "status", f"daemonset/{RELEASE}-node-agent", "-n", NAMESPACE, "--timeout=180s")
+    try:
+        with pages_held_on_the_host(4 * unit):
+            other = toucher_pod(AB_ENFORCE, "on-w2", w2, hugepage_bytes=2 * unit * PAGE)
+            other["metadata"]["labels"]["app"] = "hugepage-e2e-agent"
+            kubectl("apply", "-f", "-", stdin=json.dumps(other))
+            settle(AB_ENFORCE, ["on-w2"])
+
+            def records() -> tuple[int | None, int | None] | None:
+                seen = (outside_pages(w1), outside_pages(w2))
+                return seen if seen == (6 * unit, 4 * unit) else None
+
+            try:
+                wait_until("the node agents' records", records, timeout=120, interval=1.0)
+            finally:
+                print(f"\nnode agent records, pages outside pods: {w1}: {outside_pages(w1)}, {w2}: {outside_pages(w2)}")
+            # Enforce on the records: 16 units, 6 outside w1's pods, 12 pods of one unit.
+            pods = [toucher_pod(AB_ENFORCE, f"agent-{i:02d}", w1, hugepage_bytes=unit * PAGE) for i in range(12)]
+            for pod in pods:
+                pod["metadata"]["labels"]["app"] = "hugepage-e2e-agent"
+            names = [p["metadata"]["name"] for p in pods]
+            kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+            result = settle(AB_ENFORCE, names)
+            messages = scheduling_messages(AB_ENFORCE)
+            placed = [n for n in names if result[n]["spec"].get("nodeName")]
+            failed = {n: why for n in placed if (why := failure_on_the_node(result[n])) is not None}
+            pending = [n for n in names if n not in placed]
+            print(
+                f"node agent, enforce on {w1}: {len(names)} pods, {len(placed)} placed, "
+                f"{len(failed)} failed on the node, {len(pending)} pending"
+            )
+            assert failed == {}, failed
+            assert len(placed) == 10, placed
+            for name in pending:
+                assert says_no_room(messages.get(name, "")), (name, messages.get(name))
+            delete_pods(AB_ENFORCE, "app=hugepage-e2e-agent")
+            pages_back_to(4 * unit)
+    finally:
+        delete_pods(AB_ENFORCE, "app=hugepage-e2e-agent")
+        helm_upgrade("nodeAgent.enabled=false")
+
+
+# -- helm ------------------------------------------------------------------------------------
+
+
+def test_helm_uninstall_leaves_nothing_behind() -> None:
+    # Last: the release goes. What it created goes with it; what remains in
+    # the namespace is what Kubernetes itself puts in every namespace, and the
+    # Leases the scheduler took for leader election at run time.
+    subprocess.run(
+        [HELM, "uninstall", RELEASE, "--kubeconfig", KUBECONFIG, "--namespace", NAMESPACE, "--wait", "--timeout", "3m"],
+        check=True,
+    )
+    resources = ",".join(kubectl("api-resources", "--verbs=list,delete", "-o", "name").split())
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+
+    def labelled() -> list[str]:
+        return kubectl("get", resources, "-A", "-l", selector, "-o", "name", "--ignore-not-found").split()
+
+    # `helm uninstall --wait` waits for what it deleted; the pods those owned
+    # go a little later (garbage collection, grace period).
+    try:
+        wait_until("nothing labelled with the release", lambda: not labelled(), timeout=120, interval=1.0)
+    except AssertionError:
+        raise AssertionError(f"left behind by helm uninstall: {labelled()}") from None
+    namespaced = kubectl("api-resources", "--verbs=list,delete", "--namespaced=true", "-o", "name").split()
+    left = kubectl("get", ",".join(namespaced), "-n", NAMESPACE, "-o", "name", "--ignore-not-found").split()
+    expected = {"configmap/kube-root-ca.crt", "serviceaccount/default"}
+    unexpected = [o for o in left if o not in expected and not o.startswith(("event", "lease"))]
+    print(f"\nleft in {NAMESPACE} after helm uninstall, events aside: {[o for o in left if not o.startswith('event')]}")
+    assert unexpected == [], f"left behind in {NAMESPACE} by helm uninstall: {unexpected}"
+    records = kubectl("get", REPORTS, "-o", "name", "--ignore-not-found", check=False).split()
+    print(f"node agent records left after helm uninstall (crds/ is never deleted by helm): {records}")
+    wait_until(
+        "the extender and scheduler pods to be gone",
+        lambda: not get_json("pods", "-n", NAMESPACE)["items"],
+        timeout=120,
+        interval=1.0,
+    )
