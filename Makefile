@@ -44,9 +44,9 @@ kind-e2e: $(STAMP)
 	PYTHON=$(BIN)/python e2e/kind/run.sh --if-possible
 
 # The fast loop: lint, types, layering and every test that needs no Go-built
-# binary (no control plane, no helm, no kind).
+# binary (no control plane, no helm, no kind), less the two marked slow.
 unit: lint
-	$(BIN)/pytest -q -p no:cacheprovider --ignore=tests/cluster --ignore=tests/chart --ignore-glob='e2e/*' $(PYTEST_ARGS)
+	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" --ignore=tests/cluster --ignore=tests/chart --ignore-glob='e2e/*' $(PYTEST_ARGS)
 
 # The chart's lint, render, schema and alert-rule tests (builds the pinned helm and promtool once).
 chart: $(STAMP)

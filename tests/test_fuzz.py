@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.fuzz import fuzz
 
 REQUESTS = 10_000
 TIME_BUDGET_SECONDS = 240  # about 100 s on two shared cores; a run far slower is a finding too
 
 
+@pytest.mark.slow
 def test_ten_thousand_hostile_requests_leave_no_5xx_no_stall_and_no_growth() -> None:
     figures = fuzz(REQUESTS, seed=11)
     shown = json.dumps(figures, indent=1)

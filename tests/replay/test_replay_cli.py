@@ -27,6 +27,7 @@ def run(*argv: str) -> int:
     return int(args.run(args))
 
 
+@pytest.mark.slow
 def test_quick_runs_the_whole_matrix_and_writes_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # How long it takes is printed by the replay itself, not asserted: a shared
     # machine's load decides that.
