@@ -32,6 +32,7 @@ from e2e.controlplane import (
     Service,
     find_binaries,
 )
+from tests.cluster.placement_support import Cell
 
 HERE = Path(__file__).resolve().parent
 _TIMINGS: list[tuple[str, dict[str, float]]] = []
@@ -171,3 +172,16 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> st
 def test_label(request: pytest.FixtureRequest) -> tuple[str, str]:
     """A node label unique to this test: give it to the test's nodes and select it in its pods."""
     return "e2e.hugepage-extender.io/test", _slug(request)[:63].strip("-")
+
+
+@pytest.fixture
+def cell(  # noqa: PLR0917 (fixtures come as arguments)
+    control_plane: ControlPlane,
+    namespace: str,
+    test_label: tuple[str, str],
+    tmp_path: Path,
+    start_extender: StartExtender,
+    start_scheduler: StartScheduler,
+) -> Cell:
+    """One test's cluster: its namespace, labelled fake nodes, extenders and schedulers."""
+    return Cell(control_plane, namespace, test_label, tmp_path, start_extender, start_scheduler)

@@ -21,14 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.controlplane import ControlPlane, Service
+from e2e.controlplane import Service
 from e2e.promrules import Expected, PromtoolUnavailable, Scrapes, alert_test, promtool
 from tests.chart.chartlib import CHART, Helm, HelmError, helm_path
 from tests.cluster.placement_support import (
     EXTENDER_REASON_HELD_OUTSIDE,
     Cell,
-    StartExtender,
-    StartScheduler,
     wait_for_event,
 )
 
@@ -61,18 +59,6 @@ def rules(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("rules") / "rules.yaml"
     path.write_text(yaml.safe_dump(rule["spec"], sort_keys=False))
     return path
-
-
-@pytest.fixture
-def cell(  # noqa: PLR0917 (fixtures come as arguments)
-    control_plane: ControlPlane,
-    namespace: str,
-    test_label: tuple[str, str],
-    tmp_path: Path,
-    start_extender: StartExtender,
-    start_scheduler: StartScheduler,
-) -> Cell:
-    return Cell(control_plane, namespace, test_label, tmp_path, start_extender, start_scheduler)
 
 
 def metrics_of(service: Service) -> Callable[[], str | None]:

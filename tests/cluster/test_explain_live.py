@@ -23,7 +23,6 @@ import pytest
 from kubernetes import client
 
 from e2e.controlplane import (
-    ControlPlane,
     ManagedProcess,
     free_port,
     http_get,
@@ -33,8 +32,6 @@ from e2e.controlplane import (
 from tests.cluster.placement_support import (
     EXTENDER_REASON_INSUFFICIENT,
     Cell,
-    StartExtender,
-    StartScheduler,
     placement_scheduler_config,
     wait_for_event,
     write_extender_config,
@@ -67,18 +64,6 @@ class TLSExtender:
             "--extender-key-file",
             str(key),
         ]
-
-
-@pytest.fixture
-def cell(  # noqa: PLR0917 (fixtures come as arguments)
-    control_plane: ControlPlane,
-    namespace: str,
-    test_label: tuple[str, str],
-    tmp_path: Path,
-    start_extender: StartExtender,
-    start_scheduler: StartScheduler,
-) -> Cell:
-    return Cell(control_plane, namespace, test_label, tmp_path, start_extender, start_scheduler)
 
 
 @pytest.fixture

@@ -20,25 +20,11 @@ from e2e.controlplane import ControlPlane, Service, free_port, wait_until, write
 from extender.verbs import UNVERIFIED_HOLD_SECONDS
 from tests.cluster.placement_support import (
     Cell,
-    StartExtender,
-    StartScheduler,
     metric_value,
     write_extender_config,
 )
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def cell(  # noqa: PLR0917 (fixtures come as arguments)
-    control_plane: ControlPlane,
-    namespace: str,
-    test_label: tuple[str, str],
-    tmp_path: Path,
-    start_extender: StartExtender,
-    start_scheduler: StartScheduler,
-) -> Cell:
-    return Cell(control_plane, namespace, test_label, tmp_path, start_extender, start_scheduler)
 
 
 class Proxy:

@@ -40,8 +40,6 @@ from tests.cluster.placement_support import (
     EXTENDER_REASON_INSUFFICIENT,
     RESOURCE,
     Cell,
-    StartExtender,
-    StartScheduler,
     assert_stays_pending,
     metric_value,
     wait_for_event,
@@ -57,18 +55,6 @@ PAGE = 2 * MiB
 HELD_OUTSIDE = f"Pod's {RESOURCE} request exceeds what pages held outside pods leave of the pool"
 NO_POOL = f"Node has no {RESOURCE} pool"
 NODE_CLAIM = "authentication.kubernetes.io/node-name"
-
-
-@pytest.fixture
-def cell(  # noqa: PLR0917 (fixtures come as arguments)
-    control_plane: ControlPlane,
-    namespace: str,
-    test_label: tuple[str, str],
-    tmp_path: Path,
-    start_extender: StartExtender,
-    start_scheduler: StartScheduler,
-) -> Cell:
-    return Cell(control_plane, namespace, test_label, tmp_path, start_extender, start_scheduler)
 
 
 # --------------------------------------------------------------------------- the chart's objects

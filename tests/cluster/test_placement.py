@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import msgspec
 import pytest
 
-from e2e.controlplane import ControlPlane, wait_until
+from e2e.controlplane import wait_until
 from extender.decision import Outcome
 from extender.kube.events import REASON_NO_CAPACITY, REASON_NO_COMPATIBLE, event_for
 from extender.wire import SMALL_CANDIDATE_LIST
@@ -24,8 +23,6 @@ from tests.cluster.placement_support import (
     EXTENDER_REASON_INSUFFICIENT,
     RESOURCE,
     Cell,
-    StartExtender,
-    StartScheduler,
     assert_stays_pending,
     bound_pod,
     metric_value,
@@ -35,18 +32,6 @@ from tests.cluster.placement_support import (
 )
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def cell(  # noqa: PLR0917 (fixtures come as arguments)
-    control_plane: ControlPlane,
-    namespace: str,
-    test_label: tuple[str, str],
-    tmp_path: Path,
-    start_extender: StartExtender,
-    start_scheduler: StartScheduler,
-) -> Cell:
-    return Cell(control_plane, namespace, test_label, tmp_path, start_extender, start_scheduler)
 
 
 def _assert_no_pool_overcommitted(cell: Cell, nodes: list[str], need_from_memory: dict[str, bool]) -> None:
