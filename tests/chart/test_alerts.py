@@ -29,8 +29,7 @@ from .chartlib import CHART, ROOT, Helm
 PROMTOOL_TESTS = Path(__file__).resolve().parent / "promtool" / "alerts.test.yaml"
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
 MONITORING = CHART / "ci" / "monitoring-values.yaml"
-# Metrics the node reports (the node agent's records) are to export; the alerts are
-# ready for them. Every other metric a rule reads must exist today.
+# Every alert the chart renders; each has a runbook section and a promtool unit test.
 ALERTS = {
     "HugepageExtenderDown",
     "HugepageExtenderNotReady",
