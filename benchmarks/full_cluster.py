@@ -22,7 +22,7 @@ import msgspec
 from benchmarks.cluster import node_documents, request_body
 from benchmarks.http_decision import HEADERS, server_process
 
-COLUMNS = ["nodes", "full %", "mode", "requests", "p50 ms", "null p50 ms", "x null", "passed", "rejected"]
+COLUMNS = ["nodes", "full %", "mode", "requests", "p50 ms", "null p50 ms", "x null", "passed", "answer KB", "null KB"]
 MODES = {"shadow": "bench-shadow", "enforce K=3": "bench", "enforce K=0": "bench-k0"}
 
 
@@ -38,6 +38,7 @@ async def _timed(session: aiohttp.ClientSession, url: str, body: bytes) -> tuple
 async def _measure(ours: str, null: str, bodies: dict[str, bytes], requests: int) -> dict[str, Any]:
     times: dict[str, list[float]] = {mode: [] for mode in [*bodies, "null"]}
     answers: dict[str, bytes] = {}
+    null_answer = b""
     async with aiohttp.ClientSession() as session:
         for body in bodies.values():  # warm both
             await _timed(session, f"{ours}/filter", body)
@@ -46,14 +47,14 @@ async def _measure(ours: str, null: str, bodies: dict[str, bytes], requests: int
             for mode, body in bodies.items():
                 seconds, answers[mode] = await _timed(session, f"{ours}/filter", body)
                 times[mode].append(seconds)
-                seconds, _ = await _timed(session, f"{null}/filter", body)
+                seconds, null_answer = await _timed(session, f"{null}/filter", body)
                 times["null"].append(seconds)
-    return {"times": times, "answers": answers}
+    return {"times": times, "answers": answers, "null answer": null_answer}
 
 
 def run(
     nodes: int = 5000,
-    shares: Sequence[int] = (10, 50, 90, 99),
+    shares: Sequence[int] = (10, 50, 90, 99, 100),
     requests: int = 60,
     log: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
@@ -82,8 +83,8 @@ def run(
                     "null p50 ms": null_p50,
                     "x null": p50 / null_p50,
                     "passed": len(answer.get("NodeNames") or []),
-                    "rejected": len(answer.get("FailedNodes") or {})
-                    + len(answer.get("FailedAndUnresolvableNodes") or {}),
+                    "answer KB": len(measured["answers"][mode]) / 1000,
+                    "null KB": len(measured["null answer"]) / 1000,
                 }
             )
         log(f"full cluster: {share}% full measured")

@@ -122,7 +122,8 @@ class ClusterState:
         self.stale_reports = 0  # records that went stale while used
         self.accounts: dict[str, NodeAccount] = {}
         self.headroom: dict[str, int] = {}  # capacity.headroom_bytes of every account
-        self._columns = NodeColumns()  # the accounts again, as numpy columns for scoring
+        # The accounts again, as numpy columns for decisions over many nodes.
+        self._columns = NodeColumns(before_read=self._refresh_columns)
         self._stale_columns: set[str] = set()  # accounts changed since the columns last saw them
         self._nodes: dict[str, NodeCapacity] = {}
         self._pods: dict[str, PodUsage] = {}
@@ -139,9 +140,12 @@ class ClusterState:
 
     @property
     def columns(self) -> NodeColumns:
-        """The accounts as numpy columns, brought up to date when read: only a
-        prioritize over many nodes reads them, while every hold and every pod
-        event changes accounts."""
+        """The accounts as numpy columns, brought up to date when a column is read: only
+        decisions over many nodes read them, while every hold and every pod event changes
+        accounts."""
+        return self._columns
+
+    def _refresh_columns(self) -> None:
         if self._stale_columns:
             accounts = self.accounts
             for name in self._stale_columns:
@@ -149,7 +153,6 @@ class ClusterState:
                 if account is not None:
                     self._columns.put(name, account)
             self._stale_columns.clear()
-        return self._columns
 
     def unready_reason(self) -> str | None:
         """None when decisions may be made from this state; else why not."""

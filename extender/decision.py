@@ -6,8 +6,10 @@ so a node the filter admits is never scored as if it could not hold the pod.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -19,6 +21,7 @@ from extender.capacity import (
     UNBOUNDED,
     Fit,
     NodeAccount,
+    ceiling_bytes,
     fits,
     headroom_bytes,
     numa_headroom_bytes,
@@ -71,19 +74,64 @@ class Reasons:
         )
 
     def of(self, verdict: Fit) -> str:
-        return {
-            Fit.NO_POOL: self.no_pool,
-            Fit.EXCEEDS_POOL: self.exceeds_pool,
-            Fit.HELD_OUTSIDE: self.held_outside,
-            Fit.NUMA_INSUFFICIENT: self.numa,
-        }.get(verdict, self.insufficient)
+        # Identity tests: an Enum's hash is a Python-level call, and this runs per rejected node.
+        if verdict is Fit.NO_POOL:
+            return self.no_pool
+        if verdict is Fit.EXCEEDS_POOL:
+            return self.exceeds_pool
+        if verdict is Fit.HELD_OUTSIDE:
+            return self.held_outside
+        if verdict is Fit.NUMA_INSUFFICIENT:
+            return self.numa
+        return self.insufficient
+
+
+class RejectedByReason(Mapping[str, str]):
+    """Rejected nodes grouped by their constant reason, as the columns find them: a boolean
+    mask over the candidates per reason.
+
+    The names were read in place (``NameList``: printable ASCII, no quote, no backslash)
+    and each is given once, so ``wire`` writes the JSON object with one string join per
+    reason, and the names are selected only when written or read: no dict of 4,500
+    entries is built and encoded for a K = 0 answer on a full cluster. Read as a
+    mapping, it builds that dict on first use.
+    """
+
+    __slots__ = ("_dict", "_masks", "_names")
+
+    def __init__(self, names: npt.NDArray[np.object_], masks: Sequence[tuple[str, npt.NDArray[np.bool_]]]) -> None:
+        self._names = names
+        self._masks = tuple((reason, mask) for reason, mask in masks if mask.any())
+        self._dict: dict[str, str] | None = None
+
+    @property
+    def groups(self) -> Iterator[tuple[str, list[str]]]:
+        """Each reason with the names it rejects, in the candidates' order."""
+        return ((reason, self._names[mask].tolist()) for reason, mask in self._masks)
+
+    def _mapping(self) -> dict[str, str]:
+        if self._dict is None:
+            self._dict = {name: reason for reason, names in self.groups for name in names}
+        return self._dict
+
+    def __getitem__(self, name: str) -> str:
+        return self._mapping()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        return sum(int(np.count_nonzero(mask)) for _, mask in self._masks)
+
+    def __repr__(self) -> str:
+        return f"RejectedByReason({dict(self)!r})"
 
 
 @dataclass(frozen=True, slots=True)
 class FilterDecision:
     passed: Sequence[str]  # the candidates themselves when every one passes
-    failed: dict[str, str] = field(default_factory=dict)  # resolvable: preemption may help
-    unresolvable: dict[str, str] = field(default_factory=dict)  # the pool is too small
+    failed: Mapping[str, str] = field(default_factory=dict)  # resolvable: preemption may help
+    unresolvable: Mapping[str, str] = field(default_factory=dict)  # the pool is too small
     outcome: Outcome = Outcome.PASSTHROUGH
     insufficient: int = 0  # nodes found without room (rejected, or would be in shadow)
     exceeds_pool: int = 0  # nodes that can never hold it: no pool, pool (less pages held outside) too small
@@ -167,8 +215,17 @@ def filter_nodes(
         sample = _examine_every(need, candidates, room_of, columns)
     else:
         sample = best_of_k(
-            candidates, policy.sample_size, policy.widening, lambda name: need <= room_of(name, UNBOUNDED), rng
+            candidates,
+            policy.sample_size,
+            policy.widening,
+            lambda name: need <= room_of(name, UNBOUNDED),
+            rng,
+            hopeless=_none_admitted(need, candidates, columns) if _reads(columns, candidates, need) else None,
         )
+        if sample.abandoned:  # no candidate admits the pod: the widened draws would reject every one
+            assert columns is not None  # for the type checker: only with columns
+            decision = _decide_every_on_columns(need, candidates, columns, Mode.ENFORCE, reasons)
+            return dataclasses.replace(decision, widened=True)
     if policy.mode is Mode.SHADOW:
         # Counted per candidate given (the verdicts are not sent: every node passes).
         exceeds = sum(1 for n in sample.rejected if fits(_account(accounts, n), need, numa_aligned=numa).unresolvable)
@@ -179,11 +236,7 @@ def filter_nodes(
             exceeds_pool=exceeds,
             examined=len(candidates),
         )
-    failed: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
-    for name in sample.rejected:
-        verdict = fits(_account(accounts, name), need, numa_aligned=numa)
-        (unresolvable if verdict.unresolvable else failed)[name] = reasons.of(verdict)
+    failed, unresolvable = _reasons_of(sample.rejected, need, accounts, reasons, numa=numa, columns=columns)
     insufficient, exceeds_pool = len(failed), len(unresolvable)
 
     if sample.kept:
@@ -208,6 +261,44 @@ def filter_nodes(
         examined=len(sample.kept) + len(sample.rejected),
         widened=sample.widened,
     )
+
+
+def _none_admitted(need: int, candidates: Sequence[str], columns: NodeColumns | None) -> Callable[[], bool]:
+    """For a scan that has kept nothing after many draws (a pod no pool can take, retried while it
+    waits): whether no candidate admits the pod, by one numpy comparison over the headroom column."""
+    assert columns is not None  # for the type checker: called only with columns
+    return lambda: not (need <= columns.column("headroom")[columns.slots(candidates)]).any()
+
+
+def _reasons_of(
+    rejected: Sequence[str],
+    need: int,
+    accounts: Accounts,
+    reasons: Reasons,
+    *,
+    numa: bool,
+    columns: NodeColumns | None = None,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The rejected nodes' reasons: resolvable (preemption may help) and unresolvable.
+
+    A node rejected yet within what it could ever hold (``capacity.ceiling_bytes``) is
+    Fit.INSUFFICIENT, a property test holds the two equal; only the others need ``fits`` for
+    their reason. Many rejections (a scan of a full cluster) read the ceilings off the columns."""
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    if numa:
+        beyond: Iterable[bool] = itertools.repeat(True, len(rejected))  # NUMA verdicts come from fits alone
+    elif columns is not None and _reads(columns, rejected, need):
+        beyond = (need > columns.column("ceiling")[columns.slots(rejected)]).tolist()
+    else:
+        beyond = (need > ceiling_bytes(_account(accounts, name)) for name in rejected)
+    for name, maybe_unresolvable in zip(rejected, beyond, strict=True):
+        if maybe_unresolvable:
+            verdict = fits(_account(accounts, name), need, numa_aligned=numa)
+            (unresolvable if verdict.unresolvable else failed)[name] = reasons.of(verdict)
+        else:
+            failed[name] = reasons.insufficient
+    return failed, unresolvable
 
 
 def _fits_int64(demand: PodDemand) -> bool:
@@ -257,10 +348,22 @@ def _decide_every_on_columns(
         )
     if not rejected_count:
         return FilterDecision(passed=candidates, outcome=Outcome.FIT, examined=len(candidates))  # echoed as it came
-    names = np.array(candidates.names() if isinstance(candidates, NameList) else candidates, dtype=object)
-    # Constant reasons: one C-level dict build per kind of verdict.
-    failed = dict.fromkeys(names[~admitted & ~unresolvable].tolist(), reasons.insufficient)
-    unresolvable_names: dict[str, str] = {}
+    if isinstance(candidates, NameList):
+        names, plain = candidates.array(), candidates.distinct()
+    else:
+        names, plain = np.array(candidates, dtype=object), False
+
+    def by_reason(groups: list[tuple[str, npt.NDArray[np.bool_]]]) -> Mapping[str, str]:
+        """Constant reasons: names selected by a mask per reason, no Python work per node."""
+        if plain:
+            return RejectedByReason(names, groups)
+        built: dict[str, str] = {}  # a name given twice is one entry, as in the per-node path
+        for reason, mask in groups:
+            built.update(dict.fromkeys(names[mask].tolist(), reason))
+        return built
+
+    failed = by_reason([(reasons.insufficient, ~admitted & ~unresolvable)])
+    unresolvable_names: Mapping[str, str] = {}
     if unresolvable_count:
         total = columns.column("total_pages")[slots]
         page = columns.column("page_size")[slots]
@@ -269,12 +372,9 @@ def _decide_every_on_columns(
         no_pool = unresolvable & ((total <= 0) | (page <= 0))
         exceeds = unresolvable & ~no_pool & (need_pages > total)
         held_outside = unresolvable & ~no_pool & ~exceeds
-        for mask, reason in (
-            (no_pool, reasons.no_pool),
-            (exceeds, reasons.exceeds_pool),
-            (held_outside, reasons.held_outside),
-        ):
-            unresolvable_names.update(dict.fromkeys(names[mask].tolist(), reason))
+        unresolvable_names = by_reason(
+            [(reasons.no_pool, no_pool), (reasons.exceeds_pool, exceeds), (reasons.held_outside, held_outside)]
+        )
     kept = names[admitted].tolist()
     insufficient = len(failed)
     return FilterDecision(

@@ -28,12 +28,14 @@ _decoder = msgspec.json.Decoder(list[str])
 class NameList(Sequence[str]):
     """An immutable sequence of the names in ``json``; ``json`` is kept and may be echoed."""
 
-    __slots__ = ("_commas", "_names", "_reads", "json")
+    __slots__ = ("_array", "_commas", "_distinct", "_names", "_reads", "json")
 
     def __init__(self, json: bytes, commas: npt.NDArray[np.intp]) -> None:
         self.json = json
         self._commas = commas  # the separators' commas: name i ends at the quote before comma i
         self._names: list[str] | None = None
+        self._array: npt.NDArray[np.object_] | None = None
+        self._distinct: bool | None = None
         self._reads = 0
 
     @classmethod
@@ -101,6 +103,19 @@ class NameList(Sequence[str]):
         if self._names is None:
             self._names = _decoder.decode(self.json)
         return self._names
+
+    def array(self) -> npt.NDArray[np.object_]:
+        """Every name in a numpy object array, built once: a mask over the candidates
+        selects names without a Python loop (do not modify it)."""
+        if self._array is None:
+            self._array = np.array(self.names(), dtype=object)
+        return self._array
+
+    def distinct(self) -> bool:
+        """Whether no name is given twice (as the scheduler sends them); found once."""
+        if self._distinct is None:
+            self._distinct = len(set(self.names())) == len(self)
+        return self._distinct
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NameList):

@@ -8,7 +8,7 @@ O(nodes): with best-of-K a filter over 5,000 candidates reads about K of them.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -23,32 +23,26 @@ class Sample(Generic[T]):
     rejected: Sequence[T]  # candidates examined and not accepted
     exhausted: bool  # every candidate was examined
     widened: bool  # the widening strategy had to act
+    abandoned: bool = False  # ``hopeless`` stopped the draws: no candidate left would be accepted
 
 
-class _Draws(Generic[T]):
-    """Random draws without replacement: a Fisher-Yates shuffle that records only the
-    positions it swapped, so a draw costs O(1) and reads one candidate (the candidates
-    may decode names as they are read; the sequence is never copied)."""
-
-    def __init__(self, candidates: Sequence[T], rng: random.Random) -> None:
-        self._candidates = candidates
-        self._size = len(candidates)
-        self._moved: dict[int, int] = {}  # position -> index of the candidate now there
-        self._next = 0
-        self._rng = rng
-
-    @property
-    def remaining(self) -> int:
-        return self._size - self._next
-
-    def draw(self) -> T:
-        i = self._next
-        j = self._rng.randrange(i, self._size)
-        moved = self._moved
+def _random_order(candidates: Sequence[T], rng: random.Random) -> Iterator[T]:
+    """The candidates in random order, drawn one at a time without replacement: a Fisher-Yates
+    shuffle that records only the positions it swapped, so a draw costs O(1) and reads one
+    candidate (the candidates may decode names as they are read; the sequence is never copied).
+    A generator: on a full cluster a scan makes hundreds of draws, and resuming one costs less
+    than a method call."""
+    size = len(candidates)
+    moved: dict[int, int] = {}  # position -> index of the candidate now there
+    randrange = rng.randrange
+    for i in range(size):
+        j = randrange(i, size)
         picked = moved.get(j, j)
         moved[j] = moved.get(i, i)
-        self._next = i + 1
-        return self._candidates[picked]
+        yield candidates[picked]
+
+
+HOPELESS_AFTER = 64  # draws after which ``best_of_k`` asks ``hopeless`` once
 
 
 def best_of_k(
@@ -57,30 +51,45 @@ def best_of_k(
     widening: Widening,
     accept: Callable[[T], bool],
     rng: random.Random,
+    *,
+    hopeless: Callable[[], bool] | None = None,
 ) -> Sample[T]:
-    """Keep up to ``k`` (at least 1) accepted candidates, drawn at random."""
-    draws = _Draws(candidates, rng)
+    """Keep up to ``k`` (at least 1) accepted candidates, drawn at random.
+
+    ``hopeless``, asked once when ``HOPELESS_AFTER`` draws have kept nothing, may say that
+    no candidate at all would be accepted: the draws stop there (``abandoned``) instead of
+    reading thousands more one by one, for a caller that can judge them all at once."""
+    order = _random_order(candidates, rng)
+    size = len(candidates)
+    drawn = 0
+    abandoned = False
     kept: list[T] = []
     rejected: list[T] = []
+    keep, reject = kept.append, rejected.append
 
     def draw_round(limit: int, stop_at: int) -> None:
-        taken = 0
-        while taken < limit and len(kept) < stop_at and draws.remaining:
-            candidate = draws.draw()
-            taken += 1
-            (kept if accept(candidate) else rejected).append(candidate)
+        nonlocal drawn, abandoned
+        for _ in range(min(limit, size - drawn)):
+            if len(kept) >= stop_at:
+                return
+            if drawn == HOPELESS_AFTER and hopeless is not None and not kept and hopeless():
+                abandoned = True
+                return
+            candidate = next(order)
+            drawn += 1
+            (keep if accept(candidate) else reject)(candidate)
 
     if widening is Widening.DRAW_UNTIL_K:
         draw_round(len(candidates), k)
-        return Sample(kept, rejected, exhausted=not draws.remaining, widened=bool(rejected))
+        return Sample(kept, rejected, exhausted=drawn == size, widened=bool(rejected), abandoned=abandoned)
 
     draw_round(k, k)
     widened = False
-    if not kept and draws.remaining:
+    if not kept and size - drawn:
         if widening is Widening.RESAMPLE:
             widened = True
             draw_round(k, k)
         elif widening is Widening.FULLSCAN:
             widened = True
-            draw_round(draws.remaining, k)
-    return Sample(kept, rejected, exhausted=not draws.remaining, widened=widened)
+            draw_round(size - drawn, k)
+    return Sample(kept, rejected, exhausted=drawn == size, widened=widened, abandoned=abandoned)

@@ -83,8 +83,11 @@ async def read_body(request: web.Request, timeout: float = BODY_TIMEOUT_SECONDS)
     decompressed in one call, bounded by ``client_max_size`` like a plain one.
     """
     try:
-        async with asyncio.timeout(timeout):
-            body = await request.read()
+        if request.content.is_eof():
+            body = await request.read()  # all of it has arrived: no timer to arm (most requests)
+        else:
+            async with asyncio.timeout(timeout):
+                body = await request.read()
     except RequestPayloadError:
         raise WireError("the body could not be read") from None
     except TimeoutError:

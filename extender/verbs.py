@@ -34,7 +34,6 @@ from extender.decision import (
     Reasons,
     filter_nodes,
     prioritize_nodes,
-    reads_columns,
 )
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
@@ -111,12 +110,8 @@ class ExtenderVerbs:
             reasons=self.reasons,
             rng=self.rng,
             headroom=headroom,
-            # Read only when used: reading brings the columns up to date. They hold the defaults' view.
-            columns=(
-                self.state.columns
-                if not differs and policy.examines_every_candidate and reads_columns(candidates)
-                else None
-            ),
+            # Brought up to date only when a decision reads them. They hold the defaults' view.
+            columns=None if differs else self.state.columns,
         )
         if not own or not uid:
             self.refused_holds += bool(uid)
@@ -143,8 +138,8 @@ class ExtenderVerbs:
         policy = self.config.policy_for(namespace)
         view, _, _ = self.state.view_for(policy)
         accounts = self.state.accounts_without(uid, view)
-        # The columns hold no overlay, and are read only when used (reading brings them up to date).
-        columns = self.state.columns if accounts is self.state.accounts and reads_columns(candidates) else None
+        # The columns hold no overlay (they are brought up to date only when read).
+        columns = self.state.columns if accounts is self.state.accounts else None
         return prioritize_nodes(demand, candidates, accounts=accounts, policy=policy, columns=columns)
 
     def bind_refusal(self, uid: str, namespace: str, name: str, node: str) -> str | None:

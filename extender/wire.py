@@ -20,14 +20,14 @@ and the same error messages.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
 
-from extender.decision import FilterDecision, HostScores
+from extender.decision import FilterDecision, HostScores, RejectedByReason
 from extender.errors import ExtenderError
 from extender.namelist import NameList
 from extender.objects import NodeName, Pod
@@ -371,11 +371,31 @@ def parse_binding_args(body: bytes) -> BindingArgs:
     return BindingArgs(values["podname"], values["podnamespace"], values["poduid"], values["node"])
 
 
+def _node_reasons(rejected: Mapping[str, str]) -> Mapping[str, str] | msgspec.Raw:
+    """A FailedNodes map: names grouped by a constant reason (``RejectedByReason``, the names
+    read in place, so no escaping) are written with one join per reason."""
+    if not isinstance(rejected, RejectedByReason):
+        return rejected
+    parts = []
+    for reason, names in rejected.groups:
+        value = _encoder.encode(reason).decode()
+        parts.append('"' + f'":{value},"'.join(names) + f'":{value}')
+    return msgspec.Raw(("{" + ",".join(parts) + "}").encode())
+
+
 def render_filter(args: ExtenderArgs, decision: FilterDecision) -> bytes:
-    """ExtenderFilterResult in the same mode as the request."""
+    """ExtenderFilterResult in the same mode as the request.
+
+    The rejected nodes and their reasons are written only when no node passes: kube-scheduler
+    reads them only then (its FailedScheduling event and preemption run only for a pod no node
+    passed), as it already does without them for the nodes a best-of-K sample never examined.
+    At 5,000 nodes, 90% of them full, naming the rejected would make a K = 0 answer 400 KB
+    instead of 6 KB; the decision's counts (metrics) are the same either way.
+    """
+    rejected = not decision.passed
     result: dict[str, Any] = {
-        "FailedNodes": decision.failed,
-        "FailedAndUnresolvableNodes": decision.unresolvable,
+        "FailedNodes": _node_reasons(decision.failed) if rejected else {},
+        "FailedAndUnresolvableNodes": _node_reasons(decision.unresolvable) if rejected else {},
         "Error": "",
     }
     raw = args.raw_nodes

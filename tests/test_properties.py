@@ -12,9 +12,11 @@ from extender.capacity import Fit, NodeAccount, ceiling_bytes, fits, headroom_by
 from extender.columns import NodeColumns
 from extender.decision import VECTOR_THRESHOLD, Reasons, filter_nodes, prioritize_nodes
 from extender.namelist import NameList
+from extender.objects import ObjectMeta, Pod, PodSpec
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, Widening
 from extender.scoring import hugepage_load, node_load, priorities, priority
+from extender.wire import ExtenderArgs, render_filter
 
 PAGE = 2 * 1024 * 1024
 REASONS = Reasons.for_resource("hugepages-2Mi")
@@ -154,19 +156,23 @@ def test_vectorized_scores_equal_the_scalar_ones(
     ]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     cluster=clusters,
     demand=demands,
     mode=st.sampled_from([Mode.ENFORCE, Mode.SHADOW]),
     picks=st.lists(st.integers(0, 30), min_size=VECTOR_THRESHOLD + 1, max_size=150),
     in_place=st.booleans(),
+    distinct=st.booleans(),
 )
-def test_examining_every_candidate_on_the_columns_decides_as_the_table_does(
-    cluster: dict[str, NodeAccount], demand: PodDemand, mode: Mode, picks: list[int], in_place: bool
+def test_examining_every_candidate_on_the_columns_decides_as_the_table_does(  # noqa: PLR0917 (hypothesis)
+    cluster: dict[str, NodeAccount], demand: PodDemand, mode: Mode, picks: list[int], in_place: bool, distinct: bool
 ) -> None:
     known = sorted(cluster)
     names = [known[p] if p < len(known) else f"unknown-{p}" for p in picks]  # repeats too
+    if distinct:  # as the scheduler sends them: each name once, and mostly rejected
+        names = [*dict.fromkeys(names), *(f"gone-{i}" for i in range(VECTOR_THRESHOLD + 1))]
+        cluster = cluster | dict.fromkeys((n for n in names if n.startswith("gone-")), NodeAccount(page_size=PAGE))
     candidates: Sequence[str] = names
     if in_place:
         read = NameList.read(msgspec.json.encode(names))
@@ -183,6 +189,33 @@ def test_examining_every_candidate_on_the_columns_decides_as_the_table_does(
     scalar = filter_nodes(demand, names, **kwargs)  # type: ignore[arg-type]
     assert list(vector.passed) == list(scalar.passed)
     assert dataclasses.replace(vector, passed=[]) == dataclasses.replace(scalar, passed=[])
+    # And the answers the scheduler reads are the same JSON (the rejected written by joins when read in place).
+    pod = Pod(metadata=ObjectMeta(name="p", namespace="default", uid="u"), spec=PodSpec(containers=[]))
+    answers = [
+        msgspec.json.decode(render_filter(ExtenderArgs(pod, c), d)) for c, d in ((candidates, vector), (names, scalar))
+    ]
+    assert answers[0] == answers[1]
+    if not scalar.passed and mode is Mode.ENFORCE:
+        assert answers[0]["FailedNodes"] == dict(scalar.failed)
+        assert answers[0]["FailedAndUnresolvableNodes"] == dict(scalar.unresolvable)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cluster=clusters, demand=demands, policy=policies, seed=st.integers(), numa=st.booleans())
+def test_every_rejected_node_gets_the_reason_of_its_verdict(
+    cluster: dict[str, NodeAccount], demand: PodDemand, policy: Policy, seed: int, numa: bool
+) -> None:
+    policy = dataclasses.replace(policy, numa_aligned=numa)
+    demand = dataclasses.replace(demand, guaranteed=numa)
+    names = [*cluster, "unknown-node"]
+    decision = filter_nodes(demand, names, accounts=cluster, policy=policy, reasons=REASONS, rng=random.Random(seed))
+    for rejected in (decision.failed, decision.unresolvable):
+        for name, reason in rejected.items():
+            if reason == REASONS.not_sampled:
+                continue
+            verdict = fits(cluster.get(name, NodeAccount()), demand.hugepage_bytes, numa_aligned=numa)
+            assert reason == REASONS.of(verdict)
+            assert (rejected is decision.unresolvable) == verdict.unresolvable
 
 
 def test_needs_and_pools_beyond_int64_decide_as_the_scalar_path() -> None:

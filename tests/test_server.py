@@ -83,6 +83,16 @@ async def test_filter_node_names_mode(client: Client) -> None:
     assert status == 200
     assert result["NodeNames"] == ["roomy"]
     assert result["Nodes"] is None
+    # Some node passed: kube-scheduler reads the rejected nodes only when none does, so they are left out.
+    assert result["FailedNodes"] == {}
+    assert result["FailedAndUnresolvableNodes"] == {}
+    assert result["Error"] == ""
+
+
+async def test_filter_names_every_rejected_node_with_its_reason_when_none_passes(client: Client) -> None:
+    status, result = await post(client, "filter", args(names=["full", "small", "plain"]))
+    assert status == 200
+    assert result["NodeNames"] == []
     assert result["FailedNodes"] == {"full": "Insufficient hugepages-2Mi (pool in use or held by placements in flight)"}
     assert result["FailedAndUnresolvableNodes"] == {
         "small": "Pod's hugepages-2Mi request exceeds the node's whole pool",
@@ -96,7 +106,11 @@ async def test_filter_full_nodes_mode_echoes_the_admitted_objects(client: Client
     assert status == 200
     assert result["Nodes"]["items"] == [node_json("roomy")]
     assert result["NodeNames"] is None
+    assert result["FailedNodes"] == {}
+    status, result = await post(client, "filter", full_args(names=("full", "small")))
+    assert result["Nodes"]["items"] == []
     assert set(result["FailedNodes"]) == {"full"}
+    assert set(result["FailedAndUnresolvableNodes"]) == {"small"}
 
 
 async def test_keys_in_any_casing_are_accepted(client: Client) -> None:
