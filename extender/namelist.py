@@ -28,13 +28,16 @@ _decoder = msgspec.json.Decoder(list[str])
 class NameList(Sequence[str]):
     """An immutable sequence of the names in ``json``; ``json`` is kept and may be echoed."""
 
-    __slots__ = ("_commas", "_names", "_reads", "json")
+    __slots__ = ("_commas", "_names", "_reads", "json", "memo")
 
     def __init__(self, json: bytes, commas: npt.NDArray[np.intp]) -> None:
         self.json = json
         self._commas = commas  # the separators' commas: name i ends at the quote before comma i
         self._names: list[str] | None = None
         self._reads = 0
+        # What a reader derived from these names (the columns' slots), kept with the list:
+        # as long as the list is kept, and no longer.
+        self.memo: object = None
 
     @classmethod
     def read(cls, json: bytes) -> NameList | None:
