@@ -1,4 +1,4 @@
-"""python -m benchmarks [decision|http|full|scheduler|hold|memory|node_reports] [--quick] [--json FILE]"""
+"""python -m benchmarks [decision|http|full|concurrency|scheduler|hold|memory|node_reports] [--quick] [--json FILE]"""
 
 from __future__ import annotations
 
@@ -13,10 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import decision, full_cluster, hold_to_bound, http_decision, memory, node_reports, scheduler
+from benchmarks import (
+    concurrency,
+    decision,
+    full_cluster,
+    hold_to_bound,
+    http_decision,
+    memory,
+    node_reports,
+    scheduler,
+)
 from benchmarks.stats import table
 
-KNOWN = ["decision", "http", "full", "scheduler", "hold", "memory", "node_reports"]
+KNOWN = ["decision", "http", "full", "concurrency", "scheduler", "hold", "memory", "node_reports"]
 
 
 def machine() -> dict[str, Any]:
@@ -100,6 +109,17 @@ def main() -> int:
         full_cluster.COLUMNS,
         lambda: full_cluster.run(
             nodes=5000, requests=20 if args.quick else 60, log=lambda line: print(line, file=sys.stderr)
+        ),
+    )
+    section(
+        "concurrency",
+        "Several schedulers on one extender (5,000 nodes, NodeNames, a new pod each filter + prioritize; null = 1)",
+        concurrency.COLUMNS,
+        lambda: concurrency.run(
+            nodes=5000,
+            seconds=1.5 if args.quick else 3.0,
+            rounds=1 if args.quick else 3,
+            log=lambda line: print(line, file=sys.stderr),
         ),
     )
     section(

@@ -7,6 +7,11 @@ kept, so the process weighs what the extender does). Pods in namespace ``bench``
 default best-of-K sample (K = 3), pods in ``bench-k0`` have every candidate
 examined (K = 0), pods in ``bench-shadow`` are in shadow mode (the default mode).
 
+``--bound-after-ms``: as a cluster's watch would, each pod a filter held nodes for shows up bound
+(to the first node held) that long after the filter, and is deleted a second later, on the same
+event loop: the holds of a stream of new pods then end as they do in a cluster, and the state stays
+the size of the cluster rather than growing with every pod.
+
 Run: ``python -m benchmarks.extender_server --nodes 5000 --port 8898``.
 """
 
@@ -16,11 +21,15 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.cluster import synthetic_state
 from benchmarks.null_extender import MAX_BODY, serve
+from extender.capacity import hugepages_for
+from extender.cluster import PodRecord, PodUsage
 from extender.kube.informer import freeze_cache
 from extender.metrics import Metrics
 from extender.server import Extender, create_app
@@ -32,6 +41,7 @@ CONFIG: dict[str, Any] = {
 }
 PODS_PER_NODE = 20
 MAX_PODS = 100_000
+DELETED_AFTER_SECONDS = 1.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -40,6 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8898)
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--full-percent", type=int, default=0, help="nodes of every hundred whose pool is full")
+    parser.add_argument(
+        "--bound-after-ms", type=float, default=0.0, help="a held pod shows up bound this long after its filter"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     config, state = synthetic_state(
@@ -47,8 +60,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     freeze_cache()  # as `serve` does once its cache is listed
     extender = Extender(config, state, Metrics())
-    asyncio.run(serve(create_app(extender), args.host, args.port))
+    app = create_app(extender)
+    if args.bound_after_ms > 0:
+        asyncio.run(_serve_with_watch(extender, app, args.host, args.port, args.bound_after_ms / 1000))
+    else:
+        asyncio.run(serve(app, args.host, args.port))
     return 0
+
+
+async def _serve_with_watch(extender: Extender, app: Any, host: str, port: int, bound_after: float) -> None:
+    """``serve``, with each held pod shown bound ``bound_after`` s after its filter and deleted later."""
+    state, verbs = extender.state, extender.verbs
+    bound: deque[tuple[float, PodRecord]] = deque()
+    deleted: deque[tuple[float, str]] = deque()
+    filter_pod = verbs.filter
+
+    def filter_and_watch(*args: Any, **kwargs: Any) -> Any:
+        decision, held = filter_pod(*args, **kwargs)
+        uid, demand = args[0], args[2]
+        if held:
+            node = decision.nodes_to_hold[0]
+            usage = PodUsage(node, hugepages_for(demand.hugepage_bytes, state.page_size), demand.cpu_millis)
+            bound.append((time.monotonic() + bound_after, PodRecord(uid, usage, False)))
+        return decision, held
+
+    verbs.filter = filter_and_watch  # type: ignore[method-assign]
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(min(bound_after, 0.005))
+            now = time.monotonic()
+            while bound and bound[0][0] <= now:
+                _, record = bound.popleft()
+                state.apply_pod_record(record)
+                deleted.append((now + DELETED_AFTER_SECONDS, record.uid))
+            while deleted and deleted[0][0] <= now:
+                state.remove_pod(deleted.popleft()[1])
+
+    task = asyncio.create_task(watch())
+    try:
+        await serve(app, host, port)
+    finally:
+        task.cancel()
 
 
 if __name__ == "__main__":

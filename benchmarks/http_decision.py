@@ -37,6 +37,7 @@ import msgspec
 from benchmarks.cluster import node_documents, request_body
 from benchmarks.extender_server import MAX_PODS, PODS_PER_NODE
 from benchmarks.stats import percentile
+from extender.wire import RECENT_CANDIDATE_LISTS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEADERS = {"Content-Type": "application/json"}
@@ -281,7 +282,15 @@ async def _size(
                 for hp, ns in (("1Gi", "bench"), ("1Gi", "bench-k0"), (None, "bench"))
             }
             body = bodies[("1Gi", "bench")]
-            rotated = request_body(documents[1:] + documents[:1], full_nodes=full, hugepages="1Gi")
+            # More orders than the wire keeps lists (RECENT_CANDIDATE_LISTS), in turn: none is found again.
+            orders = (
+                []
+                if full
+                else [
+                    request_body(documents[i:] + documents[:i], full_nodes=full, hugepages="1Gi")
+                    for i in range(1, 2 * RECENT_CANDIDATE_LISTS + 1)
+                ]
+            )
             new_pod_body = _new_pods(documents, full)
             for clients in clients_levels:
 
@@ -354,8 +363,8 @@ async def _size(
                     )
                     # kube-scheduler lists feasible nodes in the order its parallel filter finds them, so
                     # the same candidates often come in another order: every request misses the wire's
-                    # last-candidates cache here (the rows above repeat one body, and hit it).
-                    load = await run(f"{ours}/filter", [body, rotated], 3)
+                    # recent candidate lists here (the rows above repeat one body, and hit them).
+                    load = await run(f"{ours}/filter", orders, 3)
                     rows.append(
                         _row(
                             nodes,

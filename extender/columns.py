@@ -8,6 +8,7 @@ extender does not know: no pool and no CPUs, as ``NO_POOL_ACCOUNT``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
 
 import numpy as np
@@ -48,7 +49,6 @@ class NodeColumns:
         self._table[_ROW["headroom"], 0] = UNBOUNDED  # an unknown node is admitted, as one without a pool
         self._table[_ROW["ceiling"], 0] = UNBOUNDED
         self._layout = 0  # changes whenever a name gets or loses a slot
-        self._last: tuple[NameList, int, npt.NDArray[np.intp]] | None = None
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -95,18 +95,21 @@ class NodeColumns:
     def slots(self, names: Sequence[str]) -> npt.NDArray[np.intp]:
         """Each name's slot, 0 for unknown names (read-only).
 
-        The slots of the last ``NameList`` are kept: the same immutable list comes
-        back while the scheduler's feasible set stays the same, and mapping 5,000
-        names again would cost more than scoring them.
+        The slots of a ``NameList`` are kept with it (``NameList.memo``): the same
+        immutable list comes back while a scheduler's feasible set stays the same
+        (the wire keeps one per scheduler), and mapping 5,000 names again would
+        cost more than scoring them.
         """
         self._before_read()
-        last = self._last
-        if last is not None and last[0] is names and last[1] == self._layout:
-            return last[2]
+        in_place = names if isinstance(names, NameList) else None
+        if in_place is not None:
+            memo = in_place.memo
+            if isinstance(memo, _Slots) and memo.columns is self and memo.layout == self._layout:
+                return memo.slots
         found = self._lookup(names)
         found.flags.writeable = False
-        if isinstance(names, NameList):
-            self._last = (names, self._layout, found)
+        if in_place is not None:
+            in_place.memo = _Slots(self, self._layout, found)
         return found
 
     def _lookup(self, names: Sequence[str]) -> npt.NDArray[np.intp]:
@@ -128,6 +131,15 @@ class NodeColumns:
             grown[:, : self._table.shape[1]] = self._table
             self._table = grown
         return slot
+
+
+@dataclass(frozen=True, slots=True)
+class _Slots:
+    """The slots ``columns`` found for a name list, valid while its layout is ``layout``."""
+
+    columns: NodeColumns
+    layout: int
+    slots: npt.NDArray[np.intp]
 
 
 def _int64(value: int) -> int:

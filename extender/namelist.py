@@ -28,7 +28,7 @@ _decoder = msgspec.json.Decoder(list[str])
 class NameList(Sequence[str]):
     """An immutable sequence of the names in ``json``; ``json`` is kept and may be echoed."""
 
-    __slots__ = ("_array", "_commas", "_distinct", "_names", "_reads", "json")
+    __slots__ = ("_array", "_commas", "_distinct", "_names", "_reads", "json", "memo")
 
     def __init__(self, json: bytes, commas: npt.NDArray[np.intp]) -> None:
         self.json = json
@@ -37,6 +37,9 @@ class NameList(Sequence[str]):
         self._array: npt.NDArray[np.object_] | None = None
         self._distinct: bool | None = None
         self._reads = 0
+        # What a reader derived from these names (the columns' slots), kept with the list:
+        # as long as the list is kept, and no longer.
+        self.memo: object = None
 
     @classmethod
     def read(cls, json: bytes) -> NameList | None:

@@ -93,7 +93,7 @@ class _CanonicalArgs(msgspec.Struct, forbid_unknown_fields=True):
 
     Pod: msgspec.Raw  # its size is checked before it is decoded
     Nodes: _NodeNameList | None = None
-    NodeNames: msgspec.Raw = _NULL  # decoded through _LastCandidates
+    NodeNames: msgspec.Raw = _NULL  # decoded through _RecentCandidates
 
 
 SMALL_CANDIDATE_LIST = 4096  # bytes of NodeNames below which a list is decoded, never kept
@@ -104,34 +104,57 @@ MAX_POD_BYTES = 4 * 1024 * 1024
 MAX_CANDIDATES = 100_000
 
 
-class _LastCandidates:
-    """The last long NodeNames list, read in place and kept by its exact bytes.
+# What the recent long NodeNames lists may hold at once (the newest is always kept, as large
+# as maxRequestBytes allows): one list per scheduler sharing this extender, for up to 8 of them
+# at 15,000 nodes. A kept list costs about 110 bytes a name once its names are decoded and its
+# slots found (its bytes twice, each name's string, two arrays): 4.4 MiB for 8 lists of 5,000
+# names, and at most about 20 MiB whatever the requests bring.
+RECENT_CANDIDATE_LISTS = 8
+RECENT_CANDIDATE_NAMES = 120_000
+RECENT_CANDIDATE_BYTES = 4 * 1024 * 1024
+
+
+class _RecentCandidates:
+    """The last few long NodeNames lists, read in place and kept by their exact bytes.
 
     kube-scheduler sends every feasible node's name with each pod, so while
-    the feasible set stays the same, consecutive requests carry the same
+    the feasible set stays the same, its consecutive requests carry the same
     bytes: comparing them costs a few microseconds, and the same immutable
     ``NameList`` (with whatever it has decoded, and the slots the columns
-    found for it) serves again. The event loop is the only caller: no lock.
+    found for it) serves again. Several schedulers sharing the extender each
+    send lists of their own, interleaved: a few lists are kept, the most
+    recently used first, so that each scheduler's list is found again. The
+    event loop is the only caller: no lock.
     """
 
     _KEY = b'"NodeNames":'
 
-    def __init__(self) -> None:
-        self._last: NameList | None = None
-        self._tail = b""  # how a request carrying the last list ends
+    def __init__(
+        self,
+        lists: int = RECENT_CANDIDATE_LISTS,
+        names: int = RECENT_CANDIDATE_NAMES,
+        nbytes: int = RECENT_CANDIDATE_BYTES,
+    ) -> None:
+        self._limits = (lists, names, nbytes)
+        # (how a request carrying the list ends, the list), most recently used first
+        self._kept: list[tuple[bytes, NameList]] = []
+
+    def kept(self) -> list[NameList]:
+        """The lists kept, most recently used first (for tests)."""
+        return [names for _, names in self._kept]
 
     def names(self, raw: msgspec.Raw) -> Sequence[str] | None:
         """The names in ``raw`` (None for a JSON null); DecodeError if it is not a list of strings."""
         _check_names(raw)
         if len(raw) < SMALL_CANDIDATE_LIST:
             # Short lists (prioritize after a best-of-K filter) decode in no time and would
-            # only evict the long one the next filter brings again.
+            # only evict the long ones the next filters bring again.
             names: list[str] | None = _node_names.decode(raw)
             return names
         data = bytes(raw)
-        last = self._last
-        if last is not None and data == last.json:
-            return last
+        for at, (_, kept) in enumerate(self._kept):
+            if data == kept.json:
+                return self._use(at)
         in_place = self._read(data)
         if in_place is None:
             return _node_names.decode(data)  # escapes, spaces, non-ASCII: not read in place
@@ -146,9 +169,10 @@ class _LastCandidates:
         place is valid exactly when the body is, and decodes to the same pod and keys
         (a ``"NodeNames":`` inside a string would leave that string open).
         """
-        last = self._last
-        if last is not None and body.endswith(self._tail):
-            return body[: len(body) - len(self._tail)] + self._KEY + b"null}", last
+        for at, (tail, _) in enumerate(self._kept):
+            # memcmp from the list's first byte: lists that differ mostly differ early
+            if body.endswith(tail):
+                return body[: len(body) - len(tail)] + self._KEY + b"null}", self._use(at)
         at = body.rfind(self._KEY)
         if at < 0 or len(body) - at < SMALL_CANDIDATE_LIST or not body.endswith(b"]}"):
             return None
@@ -159,11 +183,26 @@ class _LastCandidates:
             return None
         return body[:at] + self._KEY + b"null}", in_place
 
+    def _use(self, at: int) -> NameList:
+        entry = self._kept[at]
+        if at:
+            del self._kept[at]
+            self._kept.insert(0, entry)
+        return entry[1]
+
     def _read(self, data: bytes) -> NameList | None:
-        """``data`` read in place and kept as the last list; None when it is not a plain list."""
+        """``data`` read in place and kept first; None when it is not a plain list."""
         in_place = NameList.read(data)
-        if in_place is not None:
-            self._last, self._tail = in_place, self._KEY + data + b"}"
+        if in_place is None:
+            return None
+        kept = self._kept
+        kept.insert(0, (self._KEY + data + b"}", in_place))
+        lists, names, nbytes = self._limits
+        # The least recently used go first, until the rest is within every bound; the newest stays.
+        while len(kept) > 1 and (
+            len(kept) > lists or sum(len(n) for _, n in kept) > names or sum(len(n.json) for _, n in kept) > nbytes
+        ):
+            kept.pop()
         return in_place
 
 
@@ -193,7 +232,7 @@ _string = msgspec.json.Decoder(str)
 _canonical = msgspec.json.Decoder(_CanonicalArgs)
 _raw_node_list = msgspec.json.Decoder(_RawNodes)
 _encoder = msgspec.json.Encoder()
-_last_candidates = _LastCandidates()
+_recent_candidates = _RecentCandidates()
 
 
 def _fields(body: bytes, what: str) -> dict[str, msgspec.Raw]:
@@ -249,7 +288,7 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
 
 def _parse_canonical(body: bytes) -> ExtenderArgs | None:
     """The fast path: one field-skipping pass; None when the general path must decide."""
-    repeat = _last_candidates.cut_from(body)
+    repeat = _recent_candidates.cut_from(body)
     try:
         args = _canonical.decode(body if repeat is None else repeat[0])
     except msgspec.DecodeError:
@@ -321,7 +360,7 @@ def _check_names(raw: bytes | msgspec.Raw) -> None:
 def _candidates(raw: msgspec.Raw) -> Sequence[str] | None:
     """The names in NodeNames; None when the general path must decide (a null, an error)."""
     try:
-        return _last_candidates.names(raw)
+        return _recent_candidates.names(raw)
     except msgspec.DecodeError:
         return None
 

@@ -4,7 +4,7 @@ from typing import Any
 
 import msgspec
 
-from benchmarks import decision, http_decision, node_reports
+from benchmarks import concurrency, decision, http_decision, node_reports
 from benchmarks.cluster import node_documents, request_body
 from benchmarks.null_extender import field_skipping_decode, floor_prioritize, null_filter, null_prioritize
 
@@ -37,6 +37,14 @@ def test_http_decision_benchmark_runs() -> None:
     ours = [row for row in rows if row["verb"] in ("filter", "prioritize")]
     assert len(ours) == 10  # per mode: filter K=3, K=0, no hugepages; prioritize with and without
     assert all(row["requests"] >= 3 and row["req/s"] > 0 and row["x null"] > 0 for row in ours)
+
+
+def test_concurrency_benchmark_runs() -> None:
+    rows = concurrency.run(NODES, levels=(1, 2), seconds=0.2, rounds=1, log=lambda line: None)
+    assert {(row["mode"], row["schedulers"]) for row in rows} == {
+        (mode, n) for mode in concurrency.MODES for n in (1, 2)
+    }
+    assert all(row["pods"] > 0 and row["x null pods/s"] > 0 and row["cpu ms/pod"] > 0 for row in rows)
 
 
 def test_null_extender_answers_its_input_unchanged() -> None:

@@ -102,3 +102,19 @@ def test_slots_of_a_name_list_are_kept_until_a_node_gets_or_loses_a_slot() -> No
     assert columns.slots(names).tolist() == [3, 1, 4]
     columns.drop("c")
     assert columns.slots(names).tolist() == [0, 1, 4]
+
+
+def test_slots_are_kept_with_each_name_list_so_several_lists_interleave() -> None:
+    columns = NodeColumns()
+    for name in ("a", "b", "c"):
+        columns.put(name, node())
+    lists = [NameList.read(json) for json in (b'["a","b"]', b'["b","c"]', b'["c","a"]')]
+    assert all(names is not None for names in lists)
+    first = [columns.slots(names) for names in lists if names is not None]
+    assert [columns.slots(names) for names in lists if names is not None] == first  # the same arrays
+    assert all(columns.slots(n) is f for n, f in zip(lists, first, strict=True) if n is not None)
+    other = NodeColumns()  # another table's slots are its own
+    other.put("c", node())
+    assert lists[1] is not None
+    assert other.slots(lists[1]).tolist() == [0, 1]
+    assert columns.slots(lists[1]).tolist() == [2, 3]

@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 from extender.decision import FilterDecision, HostScores
 from extender.namelist import NameList
 from extender.wire import (
+    RECENT_CANDIDATE_LISTS,
     ExtenderArgs,
     WireError,
     _parse_canonical,
     _parse_general,
+    _RecentCandidates,
     parse_extender_args,
     render_filter,
     render_priorities,
@@ -121,6 +123,60 @@ def test_a_request_ending_with_the_last_list_decodes_only_what_comes_before_it()
     pod["metadata"]["annotations"] = {"a": '"NodeNames":["x"]}'}
     tricky = {"Pod": pod, "NodeNames": LONG[::-1]}
     _same(parse_extender_args(msgspec.json.encode(tricky)), _parse_general(msgspec.json.encode(tricky)))
+
+
+def _scheduler_lists(count: int) -> list[list[str]]:
+    """Each scheduler's feasible nodes: every node but one, a different one each."""
+    return [LONG[:i] + LONG[i + 1 :] for i in range(count)]
+
+
+def test_the_lists_of_several_schedulers_are_each_served_again() -> None:
+    lists = _scheduler_lists(RECENT_CANDIDATE_LISTS)
+    first = [parse_extender_args(msgspec.json.encode({"Pod": _pod(), "NodeNames": n})).node_names for n in lists]
+    assert all(isinstance(names, NameList) for names in first)
+    for _ in range(2):  # interleaved, as several schedulers send them: each list found again
+        for names, seen in zip(lists, first, strict=True):
+            for pod in ("web-1", "web-2"):
+                for body in (
+                    msgspec.json.encode({"Pod": _pod(pod), "Nodes": None, "NodeNames": names}),  # cut from the body
+                    msgspec.json.encode({"NodeNames": names, "Pod": _pod(pod)}),  # not last: decoded, then found
+                ):
+                    again = _parse_canonical(body)
+                    assert again is not None
+                    assert again.node_names is seen
+                    assert again.pod.metadata.name == pod
+                    _same(again, _parse_general(body))
+
+
+def test_recent_candidate_lists_are_bounded_and_the_least_recently_used_goes_first() -> None:
+    a, b, c = (msgspec.json.encode(names) for names in _scheduler_lists(3))
+    recent = _RecentCandidates(lists=2)
+    first_a, first_b = recent.names(msgspec.Raw(a)), recent.names(msgspec.Raw(b))
+    assert recent.names(msgspec.Raw(a)) is first_a  # a used last: b goes first
+    recent.names(msgspec.Raw(c))
+    assert [kept.json for kept in recent.kept()] == [c, a]
+    assert recent.names(msgspec.Raw(b)) is not first_b
+    # Names and bytes bound what is kept too; the newest list is kept whatever its size.
+    by_names = _RecentCandidates(names=2 * (len(LONG) - 1) - 1)  # each list: every name but one
+    for data in (a, b, c):
+        by_names.names(msgspec.Raw(data))
+    assert [kept.json for kept in by_names.kept()] == [c]
+    by_bytes = _RecentCandidates(nbytes=len(a) + len(b))
+    for data in (a, b, c):
+        by_bytes.names(msgspec.Raw(data))
+    assert [kept.json for kept in by_bytes.kept()] == [c, b]
+    huge = msgspec.json.encode([f"node-{i:06d}" for i in range(10 * len(LONG))])
+    assert by_bytes.names(msgspec.Raw(huge)) is by_bytes.kept()[0]
+    assert len(by_bytes.kept()) == 1
+    # Through cut_from (the scheduler's key order) the same bounds hold.
+    cut = _RecentCandidates(lists=2)
+    for data in (a, b, c, a):
+        body = b'{"Pod":{},"Nodes":null,"NodeNames":' + data + b"}"
+        found = cut.cut_from(body)
+        assert found is not None
+        assert found[0] == b'{"Pod":{},"Nodes":null,"NodeNames":null}'
+        assert found[1].json == data
+    assert [kept.json for kept in cut.kept()] == [a, c]
 
 
 def test_a_long_list_that_is_not_plain_is_decoded() -> None:
