@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .chartlib import CHART, CI_VALUES, NAMESPACE, RELEASE, Doc, Helm, HelmError, Rendered
+from .chartlib import CHART, CI_VALUES, NAMESPACE, RELEASE, ROOT, Doc, Helm, HelmError, Rendered
 
 CI = {p.name.removesuffix("-values.yaml"): p for p in CI_VALUES}
 EXTENDER = RELEASE  # the release is named like the chart, so fullname == release
@@ -446,6 +446,15 @@ def test_bind_defaults_by_mode_and_everything_follows_it(helm: Helm, set_values:
     assert any(a.startswith("--bind-timeout-seconds=") for a in args) is bind
     rules = rendered.get("ClusterRole", EXTENDER)["rules"]
     assert any("pods/binding" in rule["resources"] for rule in rules) is bind
+
+
+def test_the_kind_suites_values_render_with_the_bind_verb(helm: Helm) -> None:
+    # e2e/kind/run.sh installs these; a mistake in them would otherwise show only minutes into a kind run.
+    rendered = helm.template(values=[ROOT / "e2e" / "kind" / "values.yaml"])
+    extender = the_extender(scheduler_config(rendered))
+    assert extender["bindVerb"] == "bind"
+    assert extender["ignorable"] is False
+    assert "--enable-bind" in container(rendered.get("Deployment", EXTENDER), "extender")["args"]
 
 
 def test_default_bind_lets_an_enforcing_filter_admit_every_node(helm: Helm) -> None:
