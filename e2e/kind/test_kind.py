@@ -345,6 +345,13 @@ def test_one_scheduler_reaches_one_replica(workers: list[str], pods: list[tuple[
     # one replica, so in-flight placements are never split between replicas.
     assert sorted(calls.values())[0] == 0.0, calls
     assert sorted(calls.values())[1] > 0.0, calls
+    # The bind verb (values.yaml, the chart's default with the secondary scheduler): the
+    # replica that filtered the pods binds them; none reached the other replica (which would
+    # refuse a pod it did not filter).
+    serving = max(calls, key=lambda pod: calls[pod])
+    assert metric(serving, "hugepage_extender_binds_total", result="bound") > 0.0
+    for pod in calls:
+        assert metric(pod, "hugepage_extender_binds_total", result="refused") == 0.0, pod
 
 
 def test_flip_shadow_namespace_to_enforce_with_one_value(workers: list[str], pods: list[tuple[str, str]]) -> None:

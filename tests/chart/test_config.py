@@ -21,7 +21,7 @@ from extender.config import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_RESOURCE, Config,
 from extender.policy import Mode, Policy, Widening
 
 from .chartlib import CHART, CI_VALUES, Helm, Rendered
-from .test_render import effective
+from .test_render import effective, is_bind
 
 EXTENDER = "hugepage-extender"
 
@@ -140,10 +140,12 @@ def test_container_args_parse_with_the_extender_cli(helm: Helm, values: Path) ->
     assert args.port == 8888
     assert args.probe_port == 8081
     wanted = effective(values.name.removesuffix("-values.yaml"))
-    assert args.enable_bind is bool(wanted["bind"]["enabled"])
+    assert args.enable_bind is is_bind(values.name.removesuffix("-values.yaml"))
     tls = wanted["tls"]
     assert (args.tls_cert_file is not None) is bool(tls["enabled"])
     assert (args.client_ca_file is not None) is bool(tls["clientAuth"]["enabled"])
     assert args.drain_seconds + args.shutdown_timeout < wanted["terminationGracePeriodSeconds"]
     if args.enable_bind:
-        assert args.bind_timeout_seconds < 5  # under the scheduler's httpTimeout (5s)
+        # under the scheduler's httpTimeout
+        http_timeout = float(str(wanted["scheduler"]["extender"]["httpTimeout"]).removesuffix("s"))
+        assert args.bind_timeout_seconds < http_timeout

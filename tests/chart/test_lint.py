@@ -17,6 +17,7 @@ def test_ci_scenarios_exist() -> None:
         "enforce-values.yaml",
         "namespaces-values.yaml",
         "bind-values.yaml",
+        "bind-off-values.yaml",
         "tls-generated-values.yaml",
         "mtls-generated-values.yaml",
         "tls-secret-values.yaml",

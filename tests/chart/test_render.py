@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .chartlib import CHART, CI_VALUES, NAMESPACE, RELEASE, Doc, Helm, HelmError, Rendered
+from .chartlib import CHART, CI_VALUES, NAMESPACE, RELEASE, ROOT, Doc, Helm, HelmError, Rendered
 
 CI = {p.name.removesuffix("-values.yaml"): p for p in CI_VALUES}
 EXTENDER = RELEASE  # the release is named like the chart, so fullname == release
@@ -93,7 +93,9 @@ def is_own(name: str) -> bool:
 
 
 def is_bind(name: str) -> bool:
-    return bool(values_of(name).get("bind", {}).get("enabled"))
+    """The bind verb: bind.enabled when set, else by scheduler.mode (decision 0004): on with the secondary scheduler."""
+    explicit = effective(name)["bind"]["enabled"]
+    return explicit if isinstance(explicit, bool) else not is_own(name)
 
 
 # -- every object ---------------------------------------------------------------
@@ -358,13 +360,107 @@ def test_https_always_comes_with_the_ca(renders: dict[str, Rendered], scenario: 
     [
         ("default", True),  # shadow: a down extender must not block pods
         ("enforce", False),  # enforce: no placement without the check
-        ("namespaces", True),  # derived from defaults.mode (shadow)
+        ("namespaces", False),  # shadow by default, but payments and vms enforce: they must not fail open
+        ("bind-off", False),  # the same with one enforcing namespace, without the bind verb
         ("bind", True),  # explicitly set
         ("own-scheduler", True),  # the cluster's scheduler also places the extender's pods
     ],
 )
 def test_ignorable_follows_the_mode(renders: dict[str, Rendered], scenario: str, ignorable: bool) -> None:
     assert the_extender(scheduler_config(renders[scenario]))["ignorable"] is ignorable
+
+
+@pytest.mark.parametrize(
+    ("set_values", "ignorable"),
+    [
+        pytest.param({}, True, id="shadow-everywhere"),
+        pytest.param({"config.namespaces.payments.mode": "enforce"}, False, id="one-namespace-enforces"),
+        pytest.param(
+            {"config.namespaces.payments.mode": "enforce", "scheduler.extender.ignorable": "true"},
+            True,
+            id="explicit-true-wins",
+        ),
+        pytest.param(
+            {"config.namespaces.payments.mode": "shadow", "config.namespaces.batch.mode": "off"},
+            True,
+            id="namespaces-that-do-not-enforce",
+        ),
+        pytest.param({"config.namespaces.payments.needFromMemory": "true"}, True, id="namespace-inherits-shadow"),
+        pytest.param(
+            {"config.defaults.mode": "enforce", "config.namespaces.payments.needFromMemory": "true"},
+            False,
+            id="namespace-inherits-enforce",
+        ),
+        pytest.param(
+            {"config.defaults.mode": "enforce", "scheduler.extender.ignorable": "true"},
+            True,
+            id="explicit-over-enforce",
+        ),
+        # The RFC's deployment-wide knob sits between the defaults and a namespace's entry.
+        pytest.param({"extender.extraEnv.BEST_OF_K_HUGEPAGE_FIT_FILTER": "true"}, False, id="env-knob-enforces"),
+        pytest.param(
+            {"config.defaults.mode": "enforce", "extender.extraEnv.BEST_OF_K_HUGEPAGE_FIT_FILTER": "false"},
+            True,
+            id="env-knob-shadows-the-defaults",
+        ),
+        pytest.param(
+            {
+                "scheduler.mode": "own",
+                "service.clusterIP": "10.96.0.88",
+                "networkPolicy.enabled": "false",
+                "config.namespaces.payments.mode": "enforce",
+            },
+            True,
+            id="own-mode-stays-ignorable",
+        ),
+    ],
+)
+def test_ignorable_is_false_when_any_namespace_enforces(
+    helm: Helm, set_values: dict[str, str], ignorable: bool
+) -> None:
+    assert the_extender(scheduler_config(helm.template(set_values=set_values)))["ignorable"] is ignorable
+
+
+OWN = {"scheduler.mode": "own", "service.clusterIP": "10.96.0.88", "networkPolicy.enabled": "false"}
+
+
+@pytest.mark.parametrize(
+    ("set_values", "bind"),
+    [
+        pytest.param({}, True, id="secondary-default-on"),
+        pytest.param({"bind.enabled": "null"}, True, id="secondary-null-on"),
+        pytest.param({"bind.enabled": "false"}, False, id="secondary-explicit-off"),
+        pytest.param({"bind.enabled": "true"}, True, id="secondary-explicit-on"),
+        pytest.param(OWN, False, id="own-default-off"),
+        pytest.param({**OWN, "bind.enabled": "true"}, True, id="own-explicit-on"),
+        pytest.param({**OWN, "bind.enabled": "false"}, False, id="own-explicit-off"),
+    ],
+)
+def test_bind_defaults_by_mode_and_everything_follows_it(helm: Helm, set_values: dict[str, str], bind: bool) -> None:
+    """Decision 0004: the bind verb is on with the secondary scheduler, off in own mode; an explicit
+    bind.enabled wins. The scheduler's bindVerb, the extender's flags and its RBAC all agree."""
+    rendered = helm.template(set_values=set_values)
+    assert ("bindVerb" in the_extender(scheduler_config(rendered))) is bind
+    args = container(rendered.get("Deployment", EXTENDER), "extender")["args"]
+    assert ("--enable-bind" in args) is bind
+    assert any(a.startswith("--bind-timeout-seconds=") for a in args) is bind
+    rules = rendered.get("ClusterRole", EXTENDER)["rules"]
+    assert any("pods/binding" in rule["resources"] for rule in rules) is bind
+
+
+def test_the_kind_suites_values_render_with_the_bind_verb(helm: Helm) -> None:
+    # e2e/kind/run.sh installs these; a mistake in them would otherwise show only minutes into a kind run.
+    rendered = helm.template(values=[ROOT / "e2e" / "kind" / "values.yaml"])
+    extender = the_extender(scheduler_config(rendered))
+    assert extender["bindVerb"] == "bind"
+    assert extender["ignorable"] is False
+    assert "--enable-bind" in container(rendered.get("Deployment", EXTENDER), "extender")["args"]
+
+
+def test_default_bind_lets_an_enforcing_filter_admit_every_node(helm: Helm) -> None:
+    # sampleSize 0 with enforce needs the bind verb (a hold covers at most 16 nodes): on by default now.
+    rendered = helm.template(set_values={"config.defaults.mode": "enforce", "config.defaults.sampleSize": "0"})
+    assert the_extender(scheduler_config(rendered))["bindVerb"] == "bind"
 
 
 @pytest.mark.parametrize("scenario", sorted(CI))
@@ -496,14 +592,23 @@ def test_network_policy_admits_only_the_scheduler_on_the_verbs(renders: dict[str
             id="drain-within-grace",
         ),
         pytest.param(
-            {"config.defaults.mode": "enforce", "config.defaults.sampleSize": "0"},
+            {"bind.enabled": "false", "config.defaults.mode": "enforce", "config.defaults.sampleSize": "0"},
             "config.defaults.sampleSize: 0 with mode enforce admits more nodes than a hold covers",
             id="every-node-needs-bind",
         ),
         pytest.param(
-            {"config.namespaces.vms.mode": "enforce", "config.namespaces.vms.sampleSize": "17"},
+            {
+                "bind.enabled": "false",
+                "config.namespaces.vms.mode": "enforce",
+                "config.namespaces.vms.sampleSize": "17",
+            },
             "config.namespaces.vms.sampleSize: 17 with mode enforce",
             id="k-above-16-needs-bind",
+        ),
+        pytest.param(
+            {**OWN, "config.namespaces.vms.mode": "enforce", "config.namespaces.vms.sampleSize": "0"},
+            "config.namespaces.vms.sampleSize: 0 with mode enforce",
+            id="own-mode-k0-needs-bind",
         ),
         pytest.param(
             {"ports.probe": "8888"},
@@ -514,6 +619,11 @@ def test_network_policy_admits_only_the_scheduler_on_the_verbs(renders: dict[str
             {"bind.enabled": "true", "bind.timeoutSeconds": "5"},
             "bind.timeoutSeconds (5) must be under scheduler.extender.httpTimeout (5s)",
             id="bind-within-http-timeout",
+        ),
+        pytest.param(
+            {"scheduler.extender.httpTimeout": "3s"},
+            "bind.timeoutSeconds (4) must be under scheduler.extender.httpTimeout (3s)",
+            id="default-bind-within-http-timeout",
         ),
         pytest.param(
             {"scheduler.mode": "own", "service.clusterIP": "10.96.0.88", "networkPolicy.enabled": "true"},
@@ -579,10 +689,20 @@ def test_notes_tell_the_next_step_secondary(helm: Helm, notes_chart: Path) -> No
     assert f"https://{EXTENDER}.{NAMESPACE}.svc:8888" in notes  # mTLS by default
     assert "schedulerName: hugepage-scheduler-1g" in notes
     assert "per-namespace: payments=enforce vms=enforce" in notes
+    assert "Extender ignorable by the scheduler: false" in notes  # payments and vms enforce
+    assert "Bind verb (the extender binds the pods the scheduler places): on" in notes
     assert "--set config.namespaces.<namespace>.mode=enforce" in notes
     snippet = yaml.safe_load(notes.split("consults the extender with:\n", 1)[1].split("\n\n", 1)[0])
     assert snippet["extenders"][0]["nodeCacheCapable"] is True
     assert snippet["extenders"][0]["weight"] == 5
+    assert snippet["extenders"][0]["bindVerb"] == "bind"
+    assert "rolls the scheduler once" not in notes  # already not ignorable: a flip leaves the scheduler alone
+
+
+def test_notes_warn_that_the_first_enforcing_namespace_rolls_the_scheduler(helm: Helm, notes_chart: Path) -> None:
+    notes = render_notes(helm, notes_chart, [CI["default"]])
+    assert "Extender ignorable by the scheduler: true" in notes
+    assert "The first enforcing namespace rolls the scheduler once: the derived\n   ignorable turns false" in notes
 
 
 def test_notes_tell_the_next_step_own(helm: Helm, notes_chart: Path) -> None:
@@ -591,6 +711,7 @@ def test_notes_tell_the_next_step_own(helm: Helm, notes_chart: Path) -> None:
     assert f"get configmap {SCHEDULER}" in notes
     assert f"get secret {EXTENDER}-client-tls" in notes
     assert "WARNING: the extender is not ignorable" in notes
+    assert "Bind verb (the extender binds the pods the scheduler places): off" in notes
     snippet = yaml.safe_load(notes.split("extenders section:\n", 1)[1].split("\n\n", 1)[0])
     assert snippet["extenders"][0]["tlsConfig"]["caData"]
 

@@ -115,6 +115,12 @@ SCHEMA_ERROR = "values don't meet the specifications of the schema(s)"
             id="ignorable-not-a-bool",
         ),
         pytest.param(
+            ["--set", "bind.enabled=sometimes"],
+            "/bind/enabled",
+            "got string, want null or boolean",
+            id="bind-not-a-bool",
+        ),
+        pytest.param(
             ["--set", "tls.ca=not-a-pem"],
             "/tls/ca",
             "'not-a-pem' does not match pattern '^\\\\s*-----BEGIN CERTIFICATE-----'",
@@ -168,6 +174,8 @@ def test_schema_is_strict_everywhere() -> None:
         pytest.param(["--set", "config.namespaces.payments.mode=enforce"], id="set-namespace-mode"),
         pytest.param(["--set", "scheduler.extender.ignorable=false"], id="ignorable-false"),
         pytest.param(["--set", "scheduler.extender.ignorable=null"], id="ignorable-derived"),
+        pytest.param(["--set", "bind.enabled=null"], id="bind-by-mode"),
+        pytest.param(["--set", "bind.enabled=false"], id="bind-off"),
         pytest.param(["--set-json", "config.defaults.alpha=0.25"], id="float-via-set-json"),
         pytest.param(["--set", "podDisruptionBudget.maxUnavailable=50%"], id="pdb-percentage"),
         pytest.param(["--set", "service.clusterIP=fd00::88"], id="ipv6-cluster-ip"),

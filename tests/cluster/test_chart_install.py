@@ -71,21 +71,20 @@ def allowed(plane: ControlPlane, user: str, verb: str, resource: str, *, group: 
     return bool(answer.status.allowed)
 
 
-@pytest.mark.parametrize("bind", [False, True])
-def test_helm_install_is_accepted_and_rbac_is_least_privilege(control_plane: ControlPlane, bind: bool) -> None:
+@pytest.mark.parametrize(
+    ("settings", "bind"),
+    [
+        # Decision 0004: the bind verb is on by default with the secondary scheduler.
+        pytest.param([], True, id="default-binds"),
+        pytest.param(["--set", "bind.enabled=false"], False, id="bind-off"),
+    ],
+)
+def test_helm_install_is_accepted_and_rbac_is_least_privilege(
+    control_plane: ControlPlane, settings: list[str], bind: bool
+) -> None:
     namespace = unique("hx-install")
     release = unique("hx")  # ClusterRoles are cluster-wide: one release name per install
-    helm(
-        control_plane,
-        "install",
-        release,
-        str(CHART),
-        "--namespace",
-        namespace,
-        "--create-namespace",
-        "--set",
-        f"bind.enabled={str(bind).lower()}",
-    )
+    helm(control_plane, "install", release, str(CHART), "--namespace", namespace, "--create-namespace", *settings)
     status = helm(control_plane, "status", release, "--namespace", namespace)
     assert "STATUS: deployed" in status
     apps = client.AppsV1Api(control_plane.api_client)
@@ -134,7 +133,8 @@ def test_rendered_scheduler_config_runs_in_the_real_scheduler_and_calls_the_exte
     start_scheduler: StartScheduler,
     test_label: tuple[str, str],
 ) -> None:
-    extender = start_extender(["--kubeconfig", str(control_plane.kubeconfig)], ready_path="/readyz")
+    # The chart's default: the extender serves the bind verb (its Deployment's args, checked below).
+    extender = start_extender(["--kubeconfig", str(control_plane.kubeconfig), "--enable-bind"], ready_path="/readyz")
     # Plain HTTP here: the rendered client certificate paths exist only in the scheduler pod
     # (tests/chart/test_tls.py handshakes with the chart's generated certificates).
     documents = render(
@@ -148,6 +148,12 @@ def test_rendered_scheduler_config_runs_in_the_real_scheduler_and_calls_the_exte
     scheduler_config = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
     (entry,) = scheduler_config["extenders"]
     assert entry["nodeCacheCapable"] is True
+    assert entry["bindVerb"] == "bind"
+    assert entry["ignorable"] is False  # enforce
+    (deployment,) = [
+        d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "hx-hugepage-extender"
+    ]
+    assert "--enable-bind" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert scheduler_config["profiles"][0]["percentageOfNodesToScore"] == 100
     scheduler = start_scheduler(scheduler_config, name=unique("chart-scheduler"))
     assert "hugepage-scheduler" in scheduler.profiles
@@ -164,6 +170,8 @@ def test_rendered_scheduler_config_runs_in_the_real_scheduler_and_calls_the_exte
     answer = extender.get("/metrics")
     assert answer is not None
     assert re.search(r'hugepage_extender_requests_total\{code="200",verb="filter"\} [1-9]', answer[1].decode())
+    # The extender bound the pod, not the scheduler's default binder.
+    assert re.search(r'hugepage_extender_binds_total\{result="bound"\} [1-9]', answer[1].decode())
 
 
 def test_extender_runs_with_the_charts_config_and_namespace_flags_take_effect(

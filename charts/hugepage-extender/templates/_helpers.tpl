@@ -127,10 +127,34 @@ Service's pinned clusterIP (or an explicit urlPrefix).
 {{- end }}
 
 {{/*
+Whether any namespace enforces: config.defaults.mode (or the deployment-wide
+BEST_OF_K_HUGEPAGE_FIT_FILTER in extender.extraEnv, which sits between the
+defaults and a namespace's entry, as in extender/config.py) or any entry of
+config.namespaces with mode enforce. Renders "true" or "false".
+*/}}
+{{- define "hugepage-extender.anyEnforce" -}}
+{{- $default := toString .Values.config.defaults.mode }}
+{{- $env := .Values.extender.extraEnv | default dict }}
+{{- if hasKey $env "BEST_OF_K_HUGEPAGE_FIT_FILTER" }}
+{{- $default = ternary "enforce" "shadow" (has (get $env "BEST_OF_K_HUGEPAGE_FIT_FILTER" | toString | trim | lower) (list "1" "true" "yes" "on")) }}
+{{- end }}
+{{- $enforce := eq $default "enforce" }}
+{{- range $name, $ns := .Values.config.namespaces }}
+{{- $own := $ns | default dict }}
+{{- if and (hasKey $own "mode") (eq (toString (get $own "mode")) "enforce") }}
+{{- $enforce = true }}
+{{- end }}
+{{- end }}
+{{- $enforce }}
+{{- end }}
+
+{{/*
 ignorable: an ignorable extender that is down is skipped (pods placed without
 the hugepage check); a non-ignorable one blocks every pod it is consulted for.
-Derived from the mode unless set. In own mode the extender's own pods depend on
-the same scheduler, so it stays ignorable unless explicitly set.
+Derived unless set: in secondary mode false as soon as any namespace enforces
+(the defaults or a single namespace's entry), so an enforcing namespace never
+fails open while the extender is unreachable. In own mode the extender's own
+pods depend on the same scheduler, so it stays ignorable unless explicitly set.
 */}}
 {{- define "hugepage-extender.ignorable" -}}
 {{- $explicit := .Values.scheduler.extender.ignorable }}
@@ -139,7 +163,24 @@ the same scheduler, so it stays ignorable unless explicitly set.
 {{- else if eq .Values.scheduler.mode "own" }}
 {{- true }}
 {{- else }}
-{{- ne .Values.config.defaults.mode "enforce" }}
+{{- ne (include "hugepage-extender.anyEnforce" .) "true" }}
+{{- end }}
+{{- end }}
+
+{{/*
+bind: whether the extender serves the bind verb (bindVerb in the scheduler's
+config, --enable-bind, RBAC for pods/binding). bind.enabled null (the default)
+derives it from scheduler.mode (decision 0004): on with the chart's secondary
+scheduler, whose only extender this is; off in own mode, where the cluster's
+scheduler may have other extenders and at most one may bind. An explicit
+true or false wins. Renders "true" or "false".
+*/}}
+{{- define "hugepage-extender.bind" -}}
+{{- $explicit := .Values.bind.enabled }}
+{{- if kindIs "bool" $explicit }}
+{{- $explicit }}
+{{- else }}
+{{- eq .Values.scheduler.mode "secondary" }}
 {{- end }}
 {{- end }}
 
@@ -256,15 +297,16 @@ Checks that span several values (the schema checks each value alone).
 {{- if eq (int .Values.ports.extender) (int .Values.ports.probe) }}
 {{- fail "ports.extender and ports.probe must differ: the probe port is plain HTTP" }}
 {{- end }}
+{{- $bind := eq (include "hugepage-extender.bind" .) "true" }}
 {{- $timeout := .Values.scheduler.extender.httpTimeout | toString }}
-{{- if and .Values.bind.enabled (regexMatch "^[0-9]+s$" $timeout) }}
+{{- if and $bind (regexMatch "^[0-9]+s$" $timeout) }}
 {{- if ge (float64 .Values.bind.timeoutSeconds) (float64 (trimSuffix "s" $timeout)) }}
-{{- fail (printf "bind.timeoutSeconds (%v) must be under scheduler.extender.httpTimeout (%s): the scheduler would give up on a bind that may still succeed" .Values.bind.timeoutSeconds $timeout) }}
+{{- fail (printf "bind.timeoutSeconds (%v) must be under scheduler.extender.httpTimeout (%s): the scheduler would give up on a bind that may still succeed (the bind verb is on by default with the secondary scheduler; lower bind.timeoutSeconds, or set bind.enabled=false)" .Values.bind.timeoutSeconds $timeout) }}
 {{- end }}
 {{- end }}
 {{- /* An enforcing filter holds a pod's need on at most 16 admitted nodes; more (sampleSize 0 or above 16)
        over-commits a burst unless the bind verb narrows holds: the extender refuses that at start too. */}}
-{{- if not .Values.bind.enabled }}
+{{- if not $bind }}
 {{- $defaults := .Values.config.defaults }}
 {{- $policies := dict "config.defaults" (dict) }}
 {{- range $name, $ns := .Values.config.namespaces }}
@@ -344,7 +386,7 @@ extenders:
   - urlPrefix: {{ include "hugepage-extender.urlPrefix" . | quote }}
     filterVerb: filter
     prioritizeVerb: prioritize
-    {{- if .Values.bind.enabled }}
+    {{- if eq (include "hugepage-extender.bind" .) "true" }}
     bindVerb: bind
     {{- end }}
     weight: {{ int .Values.scheduler.extender.weight }}
