@@ -1,4 +1,4 @@
-"""python -m benchmarks [decision|http|full|concurrency|scheduler|hold|memory|node_reports] [--quick] [--json FILE]"""
+"""python -m benchmarks [decision|http|full|concurrency|scheduler|hold|memory|scale|node_reports] [--quick] [--json]"""
 
 from __future__ import annotations
 
@@ -21,11 +21,12 @@ from benchmarks import (
     http_decision,
     memory,
     node_reports,
+    scale,
     scheduler,
 )
 from benchmarks.stats import table
 
-KNOWN = ["decision", "http", "full", "concurrency", "scheduler", "hold", "memory", "node_reports"]
+KNOWN = ["decision", "http", "full", "concurrency", "scheduler", "hold", "memory", "scale", "node_reports"]
 
 
 def machine() -> dict[str, Any]:
@@ -143,6 +144,41 @@ def main() -> int:
         ),
     )
     section("memory", "Memory (RSS of the cluster cache)", memory.COLUMNS, lambda: memory.run(quick=args.quick))
+    scale_shapes = scale.QUICK_SHAPES if args.quick else scale.SHAPES
+    scale_serving: dict[tuple[int, int], float] = {}
+    section(
+        "scale_decision",
+        "Scale: decision cost, NodeNames, every node a candidate (in process and over HTTP, one client)",
+        scale.DECISION_COLUMNS,
+        lambda: scale.decisions(scale_shapes, quick=args.quick, serving=scale_serving),
+        part="scale",
+    )
+    section(
+        "scale_memory",
+        "Scale: memory (the cache alone in a fresh process; the serving extender once loaded)",
+        scale.MEMORY_COLUMNS,
+        lambda: scale.memory_rows(scale_shapes, serving=scale_serving),
+        part="scale",
+    )
+    section(
+        "scale_watch",
+        "Scale: one watch event (watch thread: decode + compact; event loop: the state changed)",
+        scale.WATCH_COLUMNS,
+        lambda: scale.watch_events(scale_shapes, events=500 if args.quick else 3000),
+        part="scale",
+    )
+    section(
+        "scale_sync",
+        "Scale: time to first sync (the informer against a real kube-apiserver, and fed pages in process)",
+        scale.SYNC_COLUMNS,
+        lambda: scale.first_sync(
+            scale.QUICK_SYNC if args.quick else scale_shapes,
+            scale_shapes,
+            workdir=args.scheduler_workdir,
+            log=lambda line: print(line, file=sys.stderr),
+        ),
+        part="scale",
+    )
     section(
         "node_report_writes",
         "API writes per second from the node agents (real publish policy, simulated time)",

@@ -49,15 +49,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8898)
     parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--pods", type=int, help=f"bound pods (default: {PODS_PER_NODE} a node, at most {MAX_PODS:,})")
     parser.add_argument("--full-percent", type=int, default=0, help="nodes of every hundred whose pool is full")
     parser.add_argument(
         "--bound-after-ms", type=float, default=0.0, help="a held pod shows up bound this long after its filter"
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    config, state = synthetic_state(
-        args.nodes, min(args.nodes * PODS_PER_NODE, MAX_PODS), CONFIG, full_percent=args.full_percent
-    )
+    pods = min(args.nodes * PODS_PER_NODE, MAX_PODS) if args.pods is None else args.pods
+    config, state = synthetic_state(args.nodes, pods, CONFIG, full_percent=args.full_percent)
     freeze_cache()  # as `serve` does once its cache is listed
     extender = Extender(config, state, Metrics())
     app = create_app(extender)

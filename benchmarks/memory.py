@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 _CHILD = """
@@ -43,8 +44,10 @@ print(json.dumps({"rss_mib": after / 1024, "cache_mib": (after - before) / 1024,
 """
 
 
-def run(quick: bool) -> list[dict[str, Any]]:
-    shapes = [(1000, 20_000), (5000, 100_000)] if not quick else [(5000, 100_000)]
+def run(quick: bool, shapes: Sequence[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
+    """One row per (nodes, pods) of ``shapes`` (default: 1,000/20,000 and 5,000/100,000; quick: the latter)."""
+    if shapes is None:
+        shapes = [(1000, 20_000), (5000, 100_000)] if not quick else [(5000, 100_000)]
     rows = []
     for nodes, pods in shapes:
         out = subprocess.run(
