@@ -113,6 +113,27 @@ def test_reservations_survive_a_relist(state: ClusterState) -> None:
     assert set(state.accounts) == {"a"}
 
 
+def test_a_bound_pod_record_keeps_one_shared_node_name_and_no_owner(state: ClusterState) -> None:
+    """At 300,000 pods each byte a record keeps is 0.3 MB: the pods of a node share its name (the
+    watch decodes a new copy with each pod), and only a pod waiting for a node keeps its owner."""
+    node = "".join(["node-", "a"])  # built at run time: not the literal's interned string
+    first = state.pod_record(make_pod("q1", hugepages="1Gi", node=node, phase="Running"))
+    second = state.pod_record(make_pod("q2", hugepages="1Gi", node="".join(["node-", "a"]), phase="Running"))
+    assert first.usage is not None
+    assert second.usage is not None
+    assert first.usage.node == "node-a"
+    assert first.usage.node is second.usage.node
+    assert first.owner == second.owner == ""
+    assert state.pod_record(make_pod("q3", hugepages="1Gi", phase="Succeeded")).owner == ""
+    waiting = make_pod("q4", "ns", hugepages="1Gi")
+    assert state.pod_record(waiting).owner == "ns/q4"
+    state.apply_pod(waiting)
+    assert state.owner_of("uid-ns-q4") == "ns/q4"
+    state.apply_pod(make_pod("q4", "ns", hugepages="1Gi", node="a", phase="Running"))
+    assert state.owner_of("uid-ns-q4") is None
+    assert state.accounts["a"].used_pages == 1024
+
+
 def test_node_changes_and_removal(state: ClusterState) -> None:
     state.apply_node(make_node("b", hugepages="8Gi"))
     assert state.accounts["b"].total_pages == 4096
