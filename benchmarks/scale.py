@@ -57,13 +57,15 @@ from e2e.controlplane import ControlPlane, node_manifest
 from extender.cluster import ClusterState
 from extender.config import build_config
 from extender.kube.client import api_client
-from extender.kube.informer import ClusterInformer, freeze_cache
+from extender.kube.informer import ACTIVE_PODS, ClusterInformer, freeze_cache
+from extender.kube.reflector import PAGE_SIZE
 
 SHAPES = [(5000, 100_000), (15000, 300_000)]
 QUICK_SHAPES = [(1000, 20_000)]
 QUICK_SYNC = [(200, 2_000)]
 CREATE_CONCURRENCY = 48
 ETCD_ARGS = ["--quota-backend-bytes=8589934592"]  # 300,000 pods are about 1 GB in etcd
+LIST_PAGE_SIZES = (500, PAGE_SIZE)  # the reflector's page before and since the scale figures
 MODES = {"enforce K=3": "bench", "enforce K=0": "bench-k0", "shadow": "bench-shadow"}
 
 DECISION_COLUMNS = ["nodes", "pods", "path", "verb", "mode", "requests", "p50 ms", "p99 ms", "null p50 ms", "x null"]
@@ -83,6 +85,8 @@ SYNC_COLUMNS = [
     "nodes listed s",
     "rss MiB",
     "serve to /readyz s",
+    "API list s, 500 a page",
+    f"API list s, {PAGE_SIZE} a page",
 ]
 
 
@@ -548,6 +552,8 @@ def _real_sync(plan: Sequence[tuple[int, int]], workdir: Path, log: Callable[[st
             made_nodes, made_pods = nodes, pods
             row: dict[str, Any] = {"nodes": nodes, "pods": pods, "source": "kube-apiserver", "created pods/s": created}
             row |= _child("sync", str(cp.kubeconfig))
+            for limit in LIST_PAGE_SIZES:  # the apiserver alone: every pod, page by page, nothing decoded
+                row[f"API list s, {limit} a page"] = asyncio.run(_list_seconds(api, limit))
             if (row["listed nodes"], row["listed pods"]) != (nodes, pods):
                 raise RuntimeError(f"listed {row['listed nodes']} nodes, {row['listed pods']} pods: {nodes}, {pods}")
             started = time.perf_counter()
@@ -563,6 +569,28 @@ def _real_sync(plan: Sequence[tuple[int, int]], workdir: Path, log: Callable[[st
             rows.append(row)
             log(f"scale: {nodes} nodes / {pods} pods: informer ready in {row['ready s']:.1f} s")
     return rows
+
+
+class _ListMeta(msgspec.Struct):
+    continue_: str | None = msgspec.field(default=None, name="continue")
+
+
+class _Continue(msgspec.Struct):
+    metadata: _ListMeta
+
+
+async def _list_seconds(api: Api, limit: int) -> float:
+    """Seconds to list every active pod (the informer's selector), ``limit`` a page."""
+    selector = ACTIVE_PODS.replace("!", "%21").replace("=", "%3D").replace(",", "%2C")
+    async with api as session:
+        token: str | None = None
+        started = time.perf_counter()
+        while True:
+            more = f"&continue={token}" if token else ""
+            page = await session.request("GET", f"/api/v1/pods?limit={limit}&fieldSelector={selector}{more}")
+            token = msgspec.json.decode(page, type=_Continue).metadata.continue_
+            if not token:
+                return time.perf_counter() - started
 
 
 async def _create(api: Api, path: str, bodies: Iterator[dict[str, Any]], *, first: bool) -> float:

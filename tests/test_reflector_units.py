@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from extender.kube.backoff import Backoff
-from extender.kube.reflector import Gone, Handlers, Reflector, Resource, _lines
+from extender.kube.reflector import PAGE_SIZE, Gone, Handlers, Reflector, Resource, _lines
 from extender.objects import Pod
 
 
@@ -80,3 +80,29 @@ def test_a_410_error_event_means_list_again_and_other_errors_retry() -> None:
         reflector._apply(event("ERROR", {"code": 410, "reason": "Expired"}), "5")
     with pytest.raises(RuntimeError, match="watch error 500"):
         reflector._apply(event("ERROR", {"code": 500, "reason": "InternalError"}), "5")
+
+
+class Page:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def test_a_list_reads_every_page_of_page_size_objects_and_hands_them_over_at_once() -> None:
+    total = 2 * PAGE_SIZE + 1
+    asked: list[tuple[int, str | None]] = []
+
+    def list_call(*, limit: int, _continue: str | None = None, **_: object) -> Page:
+        asked.append((limit, _continue))
+        first = int(_continue or 0)
+        last = min(total, first + limit)
+        items = [{"metadata": {"uid": f"u{i}"}} for i in range(first, last)]
+        metadata = {"resourceVersion": "77", **({"continue": str(last)} if last < total else {})}
+        return Page(msgspec.json.encode({"metadata": metadata, "items": items}))
+
+    lists: list[list[str]] = []
+    resource: Resource[Pod, str] = Resource("pods", list_call, Pod, lambda p: p.metadata.uid)
+    handlers: Handlers[str] = Handlers(relisted=lists.append, upserted=print, deleted=print)
+    reflector = Reflector(resource, handlers, lambda callback: callback(), stop=threading.Event())
+    assert reflector._list() == "77"
+    assert asked == [(PAGE_SIZE, None), (PAGE_SIZE, str(PAGE_SIZE)), (PAGE_SIZE, str(2 * PAGE_SIZE))]
+    assert lists == [[f"u{i}" for i in range(total)]]
