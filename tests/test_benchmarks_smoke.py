@@ -4,7 +4,7 @@ from typing import Any
 
 import msgspec
 
-from benchmarks import concurrency, decision, http_decision, node_reports
+from benchmarks import concurrency, decision, http_decision, node_reports, scale
 from benchmarks.cluster import node_documents, request_body
 from benchmarks.null_extender import field_skipping_decode, floor_prioritize, null_filter, null_prioritize
 
@@ -76,3 +76,25 @@ def test_node_report_benchmarks_run() -> None:
     assert abs(simulated - policy.writes_per_second(50)) / policy.writes_per_second(50) < 0.1
     rows = node_reports.updates(quick=True)
     assert all(row["p50 us"] > 0 for row in rows)
+
+
+def test_scale_benchmark_runs_without_an_apiserver() -> None:
+    serving: dict[tuple[int, int], float] = {}
+    rows = scale.decisions([(NODES, 500)], quick=True, serving=serving)
+    assert {(row["path"], row["verb"], row["mode"]) for row in rows} >= {
+        ("in process", "filter", "shadow"),
+        ("HTTP", "filter", "enforce K=0"),
+        ("HTTP", "prioritize", "enforce"),
+    }
+    assert serving[NODES, 500] > 0
+    events = scale.watch_events([(NODES, 500)], events=20)
+    assert {row["event"] for row in events} == {
+        "pod ADDED (pending)",
+        "pod MODIFIED (bound)",
+        "pod DELETED",
+        "node MODIFIED",
+    }
+    assert all(row["loop p50 us"] > 0 for row in events)
+    (synced,) = scale.first_sync([], [(NODES, 2500)])  # more than one page of pods
+    assert (synced["listed nodes"], synced["listed pods"]) == (NODES, 2500)
+    assert synced["ready s"] >= synced["pods listed s"] > 0
