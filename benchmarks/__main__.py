@@ -1,4 +1,7 @@
-"""python -m benchmarks [decision|http|full|concurrency|scheduler|hold|memory|scale|node_reports] [--quick] [--json]"""
+"""python -m benchmarks [PART ...] [--quick] [--json FILE]
+
+PART: decision, http, full, concurrency, scheduler, hold, memory, scale, node_reports (default: all).
+"""
 
 from __future__ import annotations
 
