@@ -1,6 +1,9 @@
 """The extender over HTTP, through aiohttp's test client: both wire modes, bad input."""
 
+import asyncio
+import gc
 import random
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -13,7 +16,7 @@ from extender.cluster import ClusterState
 from extender.config import build_config
 from extender.decision import Reasons
 from extender.metrics import Metrics
-from extender.server import NOT_SYNCED, Extender, create_app
+from extender.server import LARGE_ANSWER_BYTES, NOT_SYNCED, Extender, create_app
 from tests.conftest import make_node, make_pod, pod_json
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]
@@ -274,3 +277,40 @@ async def test_posts_to_other_paths_are_404_and_leave_no_metric_series(client: C
     metrics = await (await client.get("/metrics")).text()
     assert "no-such-verb" not in metrics
     assert 'code="404"' not in metrics
+
+
+async def test_an_idle_keep_alive_connection_keeps_neither_its_last_body_nor_its_answer(
+    aiohttp_client: ClientFactory, state: ClusterState
+) -> None:
+    """aiohttp keeps a connection's last request and response until its next request: the body
+    and a full-Nodes answer must not ride along (each idle connection would hold up to
+    maxRequestBytes)."""
+    padding = "x" * 150
+    nodes = [{"metadata": {"name": f"n{i}", "labels": {"pad": padding}}} for i in range(8000)]
+    body = msgspec.json.encode({"Pod": pod_json(make_pod("web-0", hugepages=None)), "Nodes": {"items": nodes}})
+    assert len(body) > LARGE_ANSWER_BYTES
+    config = build_config(CONFIG | {"maxRequestBytes": 4 * len(body)}, {}, frozenset({"hugepage-extender"}))
+    client = await aiohttp_client(create_app(Extender(config, state, Metrics())))
+
+    # A plain HTTP/1.1 client on one keep-alive connection: aiohttp's test client keeps its responses.
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    head = f"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+
+    async def echoed() -> int:  # every node passes: the answer echoes them
+        writer.write(head.encode() + body)
+        headers = (await reader.readuntil(b"\r\n\r\n")).decode().lower().split("\r\n")
+        assert headers[0].startswith("http/1.1 200")
+        length = next(int(h.split(":")[1]) for h in headers if h.startswith("content-length:"))
+        return len(msgspec.json.decode(await reader.readexactly(length))["Nodes"]["items"])
+
+    assert await echoed() == 8000  # warm: imports, metric children, caches
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        assert await echoed() == 8000
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        writer.close()
+    assert kept < len(body) // 2, f"{kept} bytes still held after a {len(body)}-byte request"
