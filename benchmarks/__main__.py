@@ -112,7 +112,7 @@ def main() -> int:
         "Filter on full clusters over HTTP (one client, NodeNames, every node a candidate; null extender = 1)",
         full_cluster.COLUMNS,
         lambda: full_cluster.run(
-            nodes=5000, requests=20 if args.quick else 60, log=lambda line: print(line, file=sys.stderr)
+            nodes=5000, requests=20 if args.quick else 200, log=lambda line: print(line, file=sys.stderr)
         ),
     )
     section(

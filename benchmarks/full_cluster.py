@@ -1,7 +1,7 @@
 """Filter on full clusters over HTTP: shadow, enforce K=3 and enforce K=0 against the null extender.
 
 The situation this product exists for is a cluster whose pools are mostly full. Each row is one
-share of full pools (10%, 50%, 90%, 99%, full by pod requests) at ``nodes`` nodes: our extender
+share of full pools (10%, 50%, 90%, 99% and 100%, full by pod requests) at ``nodes`` nodes: our extender
 (``benchmarks.extender_server --full-percent``) and the null extender (which decodes the request and
 echoes the names) in processes of their own, one keep-alive client sending the same NodeNames
 request (every node a candidate, a 1 GiB pod) ``requests`` times per mode, alternating servers so
