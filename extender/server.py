@@ -128,20 +128,17 @@ async def _receive(request: web.Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-LARGE_ANSWER_BYTES = 1 << 20
+class _Answer(web.Response):
+    """A JSON answer that lets go of its body once sent: aiohttp keeps a keep-alive
+    connection's last response until the connection's next request (a full-Nodes answer
+    echoes megabytes)."""
 
+    def __init__(self, body: bytes) -> None:
+        super().__init__(body=body, content_type=JSON)
 
-async def _answer(request: web.Request, body: bytes) -> web.StreamResponse:
-    """A JSON answer. A large one (full Nodes echoed) is written at once rather than left on a
-    Response, which aiohttp keeps, with its body, until the connection's next request."""
-    if len(body) < LARGE_ANSWER_BYTES:
-        return web.Response(body=body, content_type=JSON)
-    response = web.StreamResponse(headers={"Content-Type": JSON})
-    response.content_length = len(body)
-    await response.prepare(request)
-    await response.write(body)
-    await response.write_eof()
-    return response
+    async def write_eof(self, data: bytes = b"") -> None:
+        await super().write_eof(data)
+        self.body = None
 
 
 class EventRecorder(Protocol):
@@ -202,17 +199,17 @@ class Extender:
                 self.waiting.placed(pod.metadata.uid)
             else:
                 self.waiting.unplaced(pod.metadata.uid, time.monotonic())
-        return await _answer(request, render_filter(args, decision))
+        return _Answer(render_filter(args, decision))
 
     async def prioritize(self, request: web.Request) -> web.StreamResponse:
         args = parse_extender_args(await read_body(request, self.body_timeout_seconds))
         if self.state.unready_reason() is not None:
             # Prioritize errors are ignored by the scheduler; neutral scores say the same.
-            return await _answer(request, render_priorities(HostScores.neutral(args.node_names)))
+            return _Answer(render_priorities(HostScores.neutral(args.node_names)))
         pod = args.pod
         demand = self.state.demand_of(pod)
         scores = self.verbs.prioritize(pod.metadata.uid, pod.metadata.namespace, demand, args.node_names)
-        return await _answer(request, render_priorities(scores))
+        return _Answer(render_priorities(scores))
 
     async def bind(self, request: web.Request) -> web.Response:
         args = parse_binding_args(await read_body(request, self.body_timeout_seconds))

@@ -16,7 +16,7 @@ from extender.cluster import ClusterState
 from extender.config import build_config
 from extender.decision import Reasons
 from extender.metrics import Metrics
-from extender.server import LARGE_ANSWER_BYTES, NOT_SYNCED, Extender, create_app
+from extender.server import NOT_SYNCED, Extender, create_app
 from tests.conftest import make_node, make_pod, pod_json
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]
@@ -288,7 +288,7 @@ async def test_an_idle_keep_alive_connection_keeps_neither_its_last_body_nor_its
     padding = "x" * 150
     nodes = [{"metadata": {"name": f"n{i}", "labels": {"pad": padding}}} for i in range(8000)]
     body = msgspec.json.encode({"Pod": pod_json(make_pod("web-0", hugepages=None)), "Nodes": {"items": nodes}})
-    assert len(body) > LARGE_ANSWER_BYTES
+    assert len(body) > 1_000_000
     config = build_config(CONFIG | {"maxRequestBytes": 4 * len(body)}, {}, frozenset({"hugepage-extender"}))
     client = await aiohttp_client(create_app(Extender(config, state, Metrics())))
 
