@@ -185,7 +185,8 @@ def filter_nodes(
     cluster state) makes admission one dict lookup and one comparison per node;
     without it each candidate's headroom is computed from its account. A policy
     that examines every candidate does so in one numpy comparison over
-    ``columns`` (the same headroom, by slot) when there are many.
+    ``columns`` (the same headroom, by slot) when there are many; a best-of-K scan
+    that keeps nothing for long asks them once whether any candidate fits at all.
     """
     if policy.mode is Mode.OFF or not demand.wants_hugepages:
         return FilterDecision(passed=candidates)
@@ -214,17 +215,17 @@ def filter_nodes(
     if policy.examines_every_candidate:
         sample = _examine_every(need, candidates, room_of, columns)
     else:
+        many = columns if _reads(columns, candidates, need) else None
         sample = best_of_k(
             candidates,
             policy.sample_size,
             policy.widening,
             lambda name: need <= room_of(name, UNBOUNDED),
             rng,
-            hopeless=_none_admitted(need, candidates, columns) if _reads(columns, candidates, need) else None,
+            hopeless=None if many is None else _none_admitted(need, candidates, many),
         )
-        if sample.abandoned:  # no candidate admits the pod: the widened draws would reject every one
-            assert columns is not None  # for the type checker: only with columns
-            decision = _decide_every_on_columns(need, candidates, columns, Mode.ENFORCE, reasons)
+        if many is not None and sample.abandoned:  # no candidate admits the pod: widened draws reject every one
+            decision = _decide_every_on_columns(need, candidates, many, Mode.ENFORCE, reasons)
             return dataclasses.replace(decision, widened=True)
     if policy.mode is Mode.SHADOW:
         # Counted per candidate given (the verdicts are not sent: every node passes).
@@ -263,10 +264,9 @@ def filter_nodes(
     )
 
 
-def _none_admitted(need: int, candidates: Sequence[str], columns: NodeColumns | None) -> Callable[[], bool]:
+def _none_admitted(need: int, candidates: Sequence[str], columns: NodeColumns) -> Callable[[], bool]:
     """For a scan that has kept nothing after many draws (a pod no pool can take, retried while it
     waits): whether no candidate admits the pod, by one numpy comparison over the headroom column."""
-    assert columns is not None  # for the type checker: called only with columns
     return lambda: not (need <= columns.column("headroom")[columns.slots(candidates)]).any()
 
 
