@@ -186,7 +186,7 @@ def _scheduling_condition(pod: client.V1Pod) -> str:
 
 
 def wait_for_pod_bound(
-    core: client.CoreV1Api, namespace: str, name: str, *, timeout: float = 30.0, interval: float = 0.1
+    core: client.CoreV1Api, namespace: str, name: str, *, timeout: float = 120.0, interval: float = 0.1
 ) -> str:
     """The node a pod is bound to, once ``spec.nodeName`` is set; TimeoutError says why not."""
     deadline = time.monotonic() + timeout
@@ -203,7 +203,7 @@ def wait_for_pod_bound(
 
 
 def wait_for_pods_bound(
-    core: client.CoreV1Api, namespace: str, names: Iterable[str], *, timeout: float = 60.0, interval: float = 0.2
+    core: client.CoreV1Api, namespace: str, names: Iterable[str], *, timeout: float = 180.0, interval: float = 0.2
 ) -> dict[str, str]:
     """Wait until every named pod is bound; name -> node."""
     wanted = set(names)

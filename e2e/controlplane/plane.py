@@ -473,10 +473,10 @@ class ControlPlane:
     def create_pod(self, namespace: str, name: str, **kwargs: Any) -> client.V1Pod:
         return create_pod(self.core, namespace, name, **kwargs)
 
-    def wait_for_pod_bound(self, namespace: str, name: str, timeout: float = 30.0) -> str:
+    def wait_for_pod_bound(self, namespace: str, name: str, timeout: float = 120.0) -> str:
         return wait_for_pod_bound(self.core, namespace, name, timeout=timeout)
 
-    def wait_for_pods_bound(self, namespace: str, names: Iterable[str], timeout: float = 60.0) -> dict[str, str]:
+    def wait_for_pods_bound(self, namespace: str, names: Iterable[str], timeout: float = 180.0) -> dict[str, str]:
         return wait_for_pods_bound(self.core, namespace, names, timeout=timeout)
 
     def pod_assignments(self, namespace: str | None, label_selector: str | None = None) -> dict[str, str | None]:

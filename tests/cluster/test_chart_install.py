@@ -166,7 +166,7 @@ def test_rendered_scheduler_config_runs_in_the_real_scheduler_and_calls_the_exte
     control_plane.create_pod(
         namespace, "p", scheduler_name="hugepage-scheduler", hugepages_2mi="1Gi", node_selector={key: value}
     )
-    assert control_plane.wait_for_pod_bound(namespace, "p", timeout=60) == node
+    assert control_plane.wait_for_pod_bound(namespace, "p", timeout=180) == node
     answer = extender.get("/metrics")
     assert answer is not None
     assert re.search(r'hugepage_extender_requests_total\{code="200",verb="filter"\} [1-9]', answer[1].decode())
@@ -225,7 +225,7 @@ def test_extender_runs_with_the_charts_config_and_namespace_flags_take_effect(
         control_plane.create_pod(
             namespace, "p", scheduler_name="hugepage-scheduler", hugepages_2mi="1Gi", node_selector={key: value}
         )
-    assert control_plane.wait_for_pod_bound(shadowed, "p", timeout=60) == node
+    assert control_plane.wait_for_pod_bound(shadowed, "p", timeout=180) == node
     pod = control_plane.core.read_namespaced_pod("p", enforced)
     assert pod.spec is not None
     assert not pod.spec.node_name

@@ -198,7 +198,7 @@ def test_apiserver_restart_keeps_data_and_the_scheduler_recovers(
     assert control_plane.core.read_node(node).metadata is not None
     assert control_plane.pod_assignments(namespace) == {"before": node}
     control_plane.create_pod(namespace, "after", hugepages_2mi="128Mi", node_selector=labels)
-    assert control_plane.wait_for_pod_bound(namespace, "after", timeout=60) == node
+    assert control_plane.wait_for_pod_bound(namespace, "after", timeout=180) == node
     assert default_scheduler.running
 
 

@@ -101,7 +101,7 @@ def tls_extender(cell: Cell) -> Iterator[TLSExtender]:
         answer = http_get(probe, "/readyz")
         return answer is not None and answer[0] == 200
 
-    process = plane.start_process(f"extender-tls-{cell.slug}", argv, ready=ready, timeout=60)
+    process = plane.start_process(f"extender-tls-{cell.slug}", argv, ready=ready, timeout=180)
     try:
         client = issue_client_certificate(certs, "hugepage-scheduler")
         yield TLSExtender(f"https://127.0.0.1:{port}", probe, certs.ca_cert, client, process)
@@ -115,7 +115,7 @@ def run(command: str, *args: str, env: Mapping[str, str] | None = None) -> str:
         capture_output=True,
         text=True,
         check=False,
-        timeout=60,
+        timeout=180,
         env={**os.environ, **(env or {})},
     )
     assert done.returncode == 0, f"{command} {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
@@ -265,7 +265,7 @@ def test_the_state_endpoint_needs_the_verbs_client_certificate(cell: Cell, tls_e
     trusted = ssl.create_default_context(cafile=str(tls_extender.ca))
     trusted.load_cert_chain(*tls_extender.client)
     answer = wait_until(
-        "the state answer", lambda: http_get(port, "/debug/state?namespace=x", context=trusted), timeout=10
+        "the state answer", lambda: http_get(port, "/debug/state?namespace=x", context=trusted), timeout=180
     )
     assert answer[0] == 200
     # The plain probe port serves health and metrics only.

@@ -94,7 +94,7 @@ def post(service: Service, verb: str, body: Any) -> tuple[int, dict[str, Any]]:
         f"{service.url}/{verb}", data=json.dumps(body).encode(), method="POST", headers={"Content-Type": JSON}
     )
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=180) as response:
             return int(response.status), json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
@@ -155,7 +155,7 @@ def test_a_vanished_api_server_makes_the_extender_unready_and_filter_answer_an_e
 
     proxy.stop()
     stopped = time.monotonic()
-    wait_until("the extender to turn unready", lambda: readyz(extender) == 503, timeout=30)
+    wait_until("the extender to turn unready", lambda: readyz(extender) == 503, timeout=180)
     assert time.monotonic() - stopped < 15
     status, answer = post(extender, "filter", body)
     assert status == 200
@@ -170,7 +170,7 @@ def test_a_vanished_api_server_makes_the_extender_unready_and_filter_answer_an_e
     assert metric_value(extender, "hugepage_extender_watch_failures_total") > 0
 
     proxy.start()  # the API server is back: ready again, without a restart
-    wait_until("the extender to turn ready again", lambda: readyz(extender) == 200, timeout=60)
+    wait_until("the extender to turn ready again", lambda: readyz(extender) == 200, timeout=180)
     assert post(extender, "filter", body)[1]["NodeNames"] == [node]
     assert metric_value(extender, "hugepage_extender_watch_relists_total", {"resource": "nodes"}) >= 1
 
@@ -184,7 +184,7 @@ def test_a_bad_annotation_is_ignored_on_its_node_only(cell: Cell) -> None:
     assert time.monotonic() - started < 30  # synced: the bad values neither stall nor repeat the list
     scheduler = cell.scheduler(extender)
     names = cell.pods([f"p-{i}" for i in range(3)], scheduler, hugepages_2mi="1Gi")
-    placed = cell.plane.wait_for_pods_bound(cell.namespace, names, timeout=60)
+    placed = cell.plane.wait_for_pods_bound(cell.namespace, names, timeout=180)
     assert sorted(placed.values()) == sorted([good, nan, huge])  # each pool counted whole
     cell.core.patch_node(good, {"metadata": {"annotations": {"hugepage-extender.io/reserved-hugepages-2Mi": "inf"}}})
     time.sleep(1)
@@ -224,7 +224,7 @@ def test_bind_binds_only_a_pod_filtered_to_a_node_admitted_with_its_uid(cell: Ce
     old_uid = pod_uid(cell, again)
     post(extender, "filter", {"Pod": pod_body(again, cell.namespace, old_uid), "NodeNames": [roomy]})
     cell.core.delete_namespaced_pod(again, cell.namespace, grace_period_seconds=0)
-    wait_until("the pod gone", lambda: again not in cell.plane.pod_assignments(cell.namespace), timeout=30)
+    wait_until("the pod gone", lambda: again not in cell.plane.pod_assignments(cell.namespace), timeout=180)
     cell.pod("again", "no-such-scheduler", hugepages_2mi="512Mi")
     assert bind(cell.namespace, again, old_uid, roomy)[1]["Error"]
     assert cell.plane.pod_assignments(cell.namespace)[again] is None
@@ -251,7 +251,7 @@ def test_made_up_pods_cannot_keep_a_real_pod_off_the_pools(cell: Cell) -> None:
     try:
         time.sleep(1)
         name = cell.pod("real", scheduler, hugepages_2mi="1Gi")
-        cell.plane.wait_for_pod_bound(cell.namespace, name, timeout=60)
+        cell.plane.wait_for_pod_bound(cell.namespace, name, timeout=180)
     finally:
         stop.set()
         thread.join()

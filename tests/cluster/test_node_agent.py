@@ -76,7 +76,7 @@ def report_crd(control_plane: ControlPlane) -> None:
         conditions = (crd.status.conditions if crd.status else None) or []
         return any(c.type == "Established" and c.status == "True" for c in conditions)
 
-    wait_until("the HugepageNodeReport CRD to be established", established, timeout=30)
+    wait_until("the HugepageNodeReport CRD to be established", established, timeout=180)
 
 
 def helm_template(plane: ControlPlane, release: str, namespace: str, *show_only: str) -> list[dict[str, Any]]:
@@ -212,7 +212,7 @@ def test_the_agent_writes_its_own_nodes_record_and_nothing_else(
             return bool(error.status == 403)
         return False
 
-    wait_until("the ValidatingAdmissionPolicy to be in force", policy_active, timeout=30)
+    wait_until("the ValidatingAdmissionPolicy to be in force", policy_active, timeout=180)
 
     # Its own node: created, then patched.
     publisher.publish(record(own, outside=10))
@@ -290,7 +290,7 @@ def start_agent(control_plane: ControlPlane, agent_objects: str, namespace: str,
                 return False
             return bool(size["outsidePages"] == outside and size["totalPages"] == total)
 
-        wait_until(f"the agent on {node} to publish outside={outside}", published, timeout=30)
+        wait_until(f"the agent on {node} to publish outside={outside}", published, timeout=180)
         return process
 
     try:
@@ -313,8 +313,12 @@ def test_a_node_whose_agent_reports_outside_pages_gets_no_pod_that_would_overflo
     start_agent(held, total=512, outside=384)
     extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce"}}})
     scheduler = cell.scheduler(extender)
-    wait_until("the extender to use the record", lambda: metric_value(extender, "hugepage_extender_node_reports",
-                                                                      {"state": "fresh"}) >= 1, timeout=30)  # fmt: skip
+    fresh = {"state": "fresh"}
+    wait_until(
+        "the extender to use the record",
+        lambda: metric_value(extender, "hugepage_extender_node_reports", fresh) >= 1,
+        timeout=180,
+    )
 
     # 512Mi = 256 pages > the 128 the outside pages leave on "held": both go to "free".
     for name in ("p-0", "p-1"):
@@ -380,7 +384,7 @@ def test_a_stopped_agents_record_goes_stale_and_the_extender_falls_back_visibly(
     # A pod asking now is placed there. (The one that waited is retried when the scheduler next looks:
     # a stale record is no cluster event, so that can take until its unschedulable-pods timeout.)
     cell.pod("after", scheduler, hugepages_2mi="256Mi", node_selector=only_held)
-    assert cell.plane.wait_for_pod_bound(cell.namespace, "after", timeout=30) == held
+    assert cell.plane.wait_for_pod_bound(cell.namespace, "after", timeout=180) == held
     assert read_report(cell.plane, held)["report"]["observedAt"] == stopped  # nobody wrote since
 
     # explain, from what kubectl would save, shows the record, its age, and that it is not used.

@@ -58,7 +58,7 @@ def test_pods_land_only_on_nodes_that_fit(cell: Cell, node_cache_capable: bool) 
     # the fit of each decision (in-flight accounting has a test of its own).
     for i in range(7):  # 256Mi free on part, 1Gi on free, 512Mi on filled
         name = cell.pod(f"hp-{i}", scheduler, hugepages_2mi="256Mi")
-        cell.plane.wait_for_pod_bound(cell.namespace, name, timeout=30)
+        cell.plane.wait_for_pod_bound(cell.namespace, name, timeout=180)
         wait_extender_in_step(cell.plane, extender)
     placed = cell.plane.pod_assignments(cell.namespace)
     del placed["running"]
@@ -94,7 +94,7 @@ def test_a_wide_cluster_is_read_in_place_and_only_free_pools_fill(cell: Cell, sa
     scheduler = cell.scheduler(extender, bind=bind)  # the extender is ready: it has listed every node
 
     names = cell.pods([f"p-{i:02d}" for i in range(2 * len(free))], scheduler, hugepages_2mi="512Mi")
-    cell.plane.wait_for_pods_bound(cell.namespace, names, timeout=90)
+    cell.plane.wait_for_pods_bound(cell.namespace, names, timeout=180)
     placed = cell.plane.pod_assignments(cell.namespace)
     assert sorted(str(node) for node in placed.values()) == sorted(free * 2), placed
     _assert_no_pool_overcommitted(cell, nodes, {})
@@ -322,7 +322,7 @@ def test_extender_down_ignorable_schedules_and_required_waits_for_it(cell: Cell)
 
     # Back on the same port (as a restarted pod behind a Service would be): the pod is placed.
     cell.extender(config, port=port)
-    assert cell.plane.wait_for_pod_bound(cell.namespace, "waiting", timeout=30) == node
+    assert cell.plane.wait_for_pod_bound(cell.namespace, "waiting", timeout=180) == node
 
 
 # --------------------------------------------------------------------------- 6. kube-apiserver restarts
@@ -347,8 +347,8 @@ def test_extender_resumes_its_watch_after_an_apiserver_restart(cell: Cell) -> No
     def placed_after() -> dict[str, str]:
         return {k: str(v) for k, v in cell.plane.pod_assignments(cell.namespace).items() if k in after and v}
 
-    first = wait_until("a pod created after the restart to be bound", placed_after, timeout=60)
-    cached = wait_extender_in_step(cell.plane, extender, timeout=60)
+    first = wait_until("a pod created after the restart to be bound", placed_after, timeout=180)
+    cached = wait_extender_in_step(cell.plane, extender, timeout=180)
     assert extender.process.running
     assert extender.process.pid == pid
     # One slot was left and one pod took it; the other two must wait although kube-scheduler
