@@ -545,25 +545,28 @@ def scheduling_messages(namespace: str) -> dict[str, str]:
     return messages
 
 
+def settled(namespace: str, names: list[str]) -> dict[str, dict[str, Any]] | None:
+    """The pods, once each is bound and ready, bound and failed, or unbound with a
+    FailedScheduling event; None before."""
+    pods = {p["metadata"]["name"]: p for p in get_json("pods", "-n", namespace)["items"]}
+    messages = scheduling_messages(namespace)
+    for name in names:
+        pod = pods.get(name)
+        if pod is None:
+            return None
+        if pod["spec"].get("nodeName"):
+            if not is_ready(pod) and failure_on_the_node(pod) is None:
+                return None
+        elif name not in messages:
+            return None
+    return pods
+
+
 def settle(namespace: str, names: list[str], timeout: float = 240.0) -> dict[str, dict[str, Any]]:
-    """Wait until each pod is bound and ready, bound and failed, or unbound with a
-    FailedScheduling event; the pods then."""
-
-    def settled() -> dict[str, dict[str, Any]] | None:
-        pods = {p["metadata"]["name"]: p for p in get_json("pods", "-n", namespace)["items"]}
-        messages = scheduling_messages(namespace)
-        for name in names:
-            pod = pods.get(name)
-            if pod is None:
-                return None
-            if pod["spec"].get("nodeName"):
-                if not is_ready(pod) and failure_on_the_node(pod) is None:
-                    return None
-            elif name not in messages:
-                return None
-        return pods
-
-    result: dict[str, dict[str, Any]] = wait_until(f"the pods in {namespace} to settle", settled, timeout=timeout)
+    """Wait until the pods have settled (``settled``); the pods then."""
+    result: dict[str, dict[str, Any]] = wait_until(
+        f"the pods in {namespace} to settle", lambda: settled(namespace, names), timeout=timeout
+    )
     return result
 
 
@@ -753,7 +756,21 @@ def test_node_agent_reports_pages_held_outside_pods_and_enforce_holds(workers: l
                 pod["metadata"]["labels"]["app"] = "hugepage-e2e-agent"
             names = [p["metadata"]["name"] for p in pods]
             kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
-            result = settle(AB_ENFORCE, names)
+
+            def ten_placed_or_one_failed() -> dict[str, dict[str, Any]] | None:
+                # A record read while a pod takes its pages may count them twice until the
+                # next read (the agent errs high, never low): a pod turned away then waits
+                # for the scheduler's next try, at the latest its 5-minute flush.
+                pods = settled(AB_ENFORCE, names)
+                if pods is None:
+                    return None
+                placed = [p for p in pods.values() if p["spec"].get("nodeName")]
+                done = len(placed) >= 10 or any(failure_on_the_node(p) is not None for p in placed)
+                return pods if done else None
+
+            result = wait_until(
+                "10 pods placed on the records, or one failed", ten_placed_or_one_failed, timeout=360, interval=1.0
+            )
             messages = scheduling_messages(AB_ENFORCE)
             placed = [n for n in names if result[n]["spec"].get("nodeName")]
             failed = {n: why for n in placed if (why := failure_on_the_node(result[n])) is not None}

@@ -13,7 +13,10 @@ frozen values; ``probe`` reads the files. The arithmetic the record rests on:
   reserved mapping is in both, an unfaulted reservation only in the second, a
   MAP_NORESERVE page only in the first), or, where the controller is off
   (containerd's default), the pages of the files in the pods' hugetlbfs emptyDirs;
-- pages held outside pods = committed - pods' pages, floored at 0.
+- pages held outside pods = committed - pods' pages, floored at 0. The files are not read
+  at one instant, so ``probe`` reads the pods' pages on both sides of the kernel's counters
+  and keeps the smaller (``fewer_pod_pages``): churn during a read can only make the
+  pages outside pods look larger for a moment, never smaller.
 """
 
 from __future__ import annotations
@@ -230,6 +233,25 @@ def size_report(pool: KernelPool, numa_pools: Mapping[int, KernelPool], pods: Po
         for node, numa_pool in numa_pools.items()
     }
     return SizeReport(figures(pool, None if pods is None else pods.pages), per_node)
+
+
+def fewer_pod_pages(
+    first: Mapping[int, PodPages] | None, second: Mapping[int, PodPages] | None
+) -> dict[int, PodPages] | None:
+    """Per page size (and NUMA node), the smaller of two readings of the pods' pages; a size or a
+    NUMA split that only one reading has is taken from it. None when neither says anything."""
+    if first is None or second is None:
+        either = first if second is None else second
+        return None if either is None else dict(either)
+    fewer = {**first, **second}
+    for size in first.keys() & second.keys():
+        a, b = first[size], second[size]
+        if a.numa is None or b.numa is None:
+            numa = a.numa if b.numa is None else b.numa
+        else:
+            numa = {n: min(a.numa.get(n, 0), b.numa.get(n, 0)) for n in a.numa.keys() | b.numa.keys()}
+        fewer[size] = PodPages(min(a.pages, b.pages), numa)
+    return fewer
 
 
 def pages_of(nbytes: int, page_size: int) -> int:

@@ -23,6 +23,7 @@ from extender.nodeagent.counters import (
     cgroup_pod_pages,
     cgroup_size_name,
     emptydir_pod_pages,
+    fewer_pod_pages,
     hugetlbfs_mounts,
     numa_node_of_dir,
     page_size_of_dir,
@@ -69,13 +70,15 @@ def _count(path: Path) -> int | None:
 
 
 def _pool(directory: Path, *, with_reserved: bool) -> KernelPool | None:
+    # Reservations before free pages: a page faulted in between lowers both, and
+    # read in this order it counts twice (committed too high for a moment) instead
+    # of not at all (too low: room offered that is not there).
+    reserved = (_count(directory / "resv_hugepages") or 0) if with_reserved else None
     total, free = _count(directory / "nr_hugepages"), _count(directory / "free_hugepages")
     if total is None or free is None:
         return None
     surplus = _count(directory / "surplus_hugepages") or 0
-    if not with_reserved:  # NUMA nodes: the kernel keeps reservations globally only
-        return KernelPool(total, free, surplus)
-    return KernelPool(total, free, surplus, _count(directory / "resv_hugepages") or 0)
+    return KernelPool(total, free, surplus, reserved)  # NUMA nodes: the kernel keeps reservations globally only
 
 
 def _page_dirs(directory: Path) -> Iterator[tuple[int, Path]]:
@@ -221,17 +224,32 @@ def pod_pages(roots: Roots, sizes: list[int]) -> tuple[Source, dict[int, PodPage
     return Source.NONE, None
 
 
+def page_sizes(sysfs: Path) -> list[int]:
+    """The machine's page sizes, from the names of ``/sys/kernel/mm/hugepages``."""
+    return [size for size, _ in _page_dirs(sysfs / "kernel" / "mm" / "hugepages")]
+
+
 def read_record(node: str, roots: Roots, now: Callable[[], dt.datetime] | None = None) -> NodeRecord:
-    """The record of this node now."""
+    """The record of this node now.
+
+    The pods' pages are read before and after the kernel's counters, and the smaller
+    reading kept: a pod that takes pages while the counters are read is then in both
+    or in neither, never in the pods' pages alone (pages outside pods too low, for as
+    long as the record stands: room offered that the kernel does not have). A pod
+    that gives pages back in that window leaves the record too high until the next read."""
+    sizes = page_sizes(roots.sysfs)
+    first_source, before = pod_pages(roots, sizes)
     pools = kernel_pools(roots.sysfs)
     per_numa = numa_pools(roots.sysfs)
-    source, pods = pod_pages(roots, sorted(pools))
-    sizes = {
+    source, after = pod_pages(roots, sizes)
+    # A source that changed in between (the controller turned on): the later reading alone.
+    pods = fewer_pod_pages(before, after) if source == first_source else after
+    reports = {
         resource_name(size): size_report(pool, per_numa.get(size, {}), None if pods is None else pods.get(size))
         for size, pool in pools.items()
     }
     observed = (now or (lambda: dt.datetime.now(dt.UTC)))()
-    return NodeRecord(node, observed, source, sizes)
+    return NodeRecord(node, observed, source, reports)
 
 
-__all__ = ["KUBEPODS", "Roots", "SizeReport", "kernel_pools", "numa_pools", "pod_pages", "read_record"]
+__all__ = ["KUBEPODS", "Roots", "SizeReport", "kernel_pools", "numa_pools", "page_sizes", "pod_pages", "read_record"]

@@ -12,6 +12,7 @@ from extender.nodeagent.counters import (
     cgroup_pod_pages,
     cgroup_size_name,
     emptydir_pod_pages,
+    fewer_pod_pages,
     hugetlbfs_mounts,
     page_size_of_dir,
     parse_count,
@@ -147,3 +148,19 @@ def test_numa_figures_need_a_per_node_split_of_the_pods_pages() -> None:
     unsplit = size_report(KernelPool(512, 356, 0, 0), pools, PodPages(150))
     assert {n: (f.pod_pages, f.outside_pages) for n, f in unsplit.numa.items()} == {0: (None, None), 1: (None, None)}
     assert split.figures.outside_pages == unsplit.figures.outside_pages == 6
+
+
+def test_fewer_pod_pages_keeps_the_smaller_reading_per_size_and_numa_node() -> None:
+    before = {2 * MiB: PodPages(16, {0: 10, 1: 6}), GiB: PodPages(2, None)}
+    after = {2 * MiB: PodPages(24, {0: 10, 1: 14}), GiB: PodPages(1, {0: 1}), 64 * 1024: PodPages(3)}
+    assert fewer_pod_pages(before, after) == {
+        2 * MiB: PodPages(16, {0: 10, 1: 6}),
+        GiB: PodPages(1, {0: 1}),  # a NUMA split only one reading has comes from it
+        64 * 1024: PodPages(3),  # so does a size
+    }
+    assert fewer_pod_pages({2 * MiB: PodPages(4, {0: 4})}, {2 * MiB: PodPages(4, {1: 4})}) == {
+        2 * MiB: PodPages(4, {0: 0, 1: 0})  # a node missing from a reading holds none in it
+    }
+    assert fewer_pod_pages(None, after) == after
+    assert fewer_pod_pages(before, None) == before
+    assert fewer_pod_pages(None, None) is None

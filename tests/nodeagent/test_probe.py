@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from extender.nodeagent import probe
+from extender.nodeagent.counters import KernelPool
 from extender.nodeagent.probe import Roots, read_record
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -168,7 +170,8 @@ def test_hybrid_hugetlb_only_on_the_unified_tree(tmp_path: Path) -> None:
 def test_controller_off_falls_back_to_hugepages_emptydirs(tmp_path: Path) -> None:
     # containerd's disable_hugetlb_controller: the kubepods cgroup exists, no hugetlb files.
     # A pod's 2Mi emptyDir holds two files of 3 and 1 pages; a 1Gi emptyDir one file of 1 page;
-    # a tmpfs emptyDir is not counted. Blocks are what a file holds (sparse files are made here).
+    # a tmpfs emptyDir is not counted. Blocks are what a file holds (written here: st_blocks is
+    # what this file system gives them).
     pods = tmp_path / "kubelet" / "pods"
     mounts = {
         pods / "uid-1/volumes/kubernetes.io~empty-dir/hugepage-2mi": ("hugetlbfs", "pagesize=2M"),
@@ -202,8 +205,12 @@ def test_controller_off_falls_back_to_hugepages_emptydirs(tmp_path: Path) -> Non
     assert pages_2m == 4
     assert got["pageSizes"]["hugepages-2Mi"]["podPages"] == 4
     assert got["pageSizes"]["hugepages-2Mi"]["outsidePages"] == 362 - 4
-    assert got["pageSizes"]["hugepages-1Gi"]["podPages"] == 1
-    assert got["pageSizes"]["hugepages-1Gi"]["outsidePages"] == 3 - 1
+    # A file system may give a 1 GiB file a few blocks more than its data (metadata, preallocation):
+    # those make a second page, as a partly used page would on hugetlbfs.
+    pages_1g = -(-stat_blocks["hugepage-1gi/vm"] * 512 // GiB)
+    assert pages_1g in (1, 2)
+    assert got["pageSizes"]["hugepages-1Gi"]["podPages"] == pages_1g
+    assert got["pageSizes"]["hugepages-1Gi"]["outsidePages"] == max(0, 3 - pages_1g)
     # No per-NUMA split from files.
     assert got["pageSizes"]["hugepages-2Mi"]["numa"]["0"]["podPages"] is None
 
@@ -293,3 +300,82 @@ def test_a_kubelet_with_its_own_cgroup_root(tmp_path: Path) -> None:
     assert found.source.value == "cgroup-v2"
     assert found.sizes["hugepages-2Mi"].figures.outside_pages == 4  # 24 - 20
     assert record(tmp_path)["source"] == "none"  # not found where the kubelet puts them by default
+
+
+# -- pages that move while the files are read ----------------------------------------------
+# The files are not read at one instant. 64 pages, 24 committed, 16 of them the pods':
+# 8 outside pods, before and after a pod takes (or gives back) 8 pages in the middle of
+# a read. A record may say more than 8 for a moment (until the next read), never less:
+# less is room offered that the kernel does not have.
+STILL: dict[str, str] = {
+    **pool_files(GLOBAL, 2048, nr=64, free=40, resv=0),
+    "cgroup/cgroup.controllers": "hugetlb\n",
+    "cgroup/kubepods/hugetlb.2MB.current": f"{16 * 2 * MiB}\n",
+    "cgroup/kubepods/hugetlb.2MB.rsvd.current": f"{16 * 2 * MiB}\n",
+}
+
+
+def pod_pages_change(root: Path, pages: int) -> None:
+    """A pod takes ``pages`` (negative: gives them back), faulted in: the kernel's free pages and
+    the pods' charges move together."""
+    free = root / GLOBAL / "hugepages-2048kB/free_hugepages"
+    free.write_text(f"{int(free.read_text()) - pages}\n")
+    for charge in ("current", "rsvd.current"):
+        path = root / f"cgroup/kubepods/hugetlb.2MB.{charge}"
+        path.write_text(f"{int(path.read_text()) + pages * 2 * MiB}\n")
+
+
+@pytest.mark.parametrize(
+    ("pages", "when", "outside"),
+    [
+        pytest.param(8, "after", 8, id="a pod takes pages just after the kernel's counters are read"),
+        pytest.param(8, "before", 16, id="a pod takes pages just before the kernel's counters are read"),
+        pytest.param(-8, "before", 8, id="a pod gives pages back just before the kernel's counters are read"),
+        pytest.param(-8, "after", 16, id="a pod gives pages back just after the kernel's counters are read"),
+    ],
+)
+def test_pods_pages_moving_during_a_read_never_lower_the_pages_outside_pods(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pages: int, when: str, outside: int
+) -> None:
+    write_tree(tmp_path, STILL)
+    read_kernel = probe.kernel_pools
+
+    def kernel_pools_while_a_pod_moves(sysfs: Path) -> dict[int, KernelPool]:
+        if when == "before":
+            pod_pages_change(tmp_path, pages)
+        pools = read_kernel(sysfs)
+        if when == "after":
+            pod_pages_change(tmp_path, pages)
+        return pools
+
+    monkeypatch.setattr(probe, "kernel_pools", kernel_pools_while_a_pod_moves)
+    got = record(tmp_path)["pageSizes"]["hugepages-2Mi"]
+    assert got["outsidePages"] == outside, got
+    monkeypatch.undo()
+    assert record(tmp_path)["pageSizes"]["hugepages-2Mi"]["outsidePages"] == 8, "the next read is exact"
+
+
+@pytest.mark.parametrize("counter", ["nr_hugepages", "free_hugepages", "surplus_hugepages", "resv_hugepages"])
+def test_a_page_faulted_in_while_the_pool_is_read_never_lowers_what_is_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counter: str
+) -> None:
+    # 8 pages reserved by a mapping, none faulted: committed 64 - 64 + 8 = 8 outside pods.
+    # A fault just after one counter is read lowers free and resv together.
+    write_tree(tmp_path, pool_files(GLOBAL, 2048, nr=64, free=64, resv=8))
+    directory = tmp_path / GLOBAL / "hugepages-2048kB"
+    read_count = probe._count
+    faulted = False
+
+    def count_while_a_page_faults(path: Path) -> int | None:
+        nonlocal faulted
+        value = read_count(path)
+        if path == directory / counter:
+            faulted = True
+            for name in ("free_hugepages", "resv_hugepages"):
+                (directory / name).write_text(f"{int((directory / name).read_text()) - 1}\n")
+        return value
+
+    monkeypatch.setattr(probe, "_count", count_while_a_page_faults)
+    pool = probe.kernel_pools(tmp_path / "sys")[2 * MiB]
+    assert faulted
+    assert pool.committed >= 8, pool
