@@ -11,12 +11,13 @@ frozen values; ``probe`` reads the files. The arithmetic the record rests on:
 - pages pods hold = what the hugetlb cgroup controller charges to the kubelet's
   pods hierarchy (the larger of usage and reservation charges: a faulted page of a
   reserved mapping is in both, an unfaulted reservation only in the second, a
-  MAP_NORESERVE page only in the first), or, where the controller is off
+  MAP_NORESERVE page only in the first; the reservations beyond usage at most the
+  kernel's ``resv``, since a mapping being torn down frees its pages before its
+  reservation charge goes), or, where the controller is off
   (containerd's default), the pages of the files in the pods' hugetlbfs emptyDirs;
 - pages held outside pods = committed - pods' pages, floored at 0. The files are not read
-  at one instant, so ``probe`` reads the pods' pages on both sides of the kernel's counters
-  and keeps the smaller (``fewer_pod_pages``): churn during a read can only make the
-  pages outside pods look larger for a moment, never smaller.
+  at one instant: where pages moved during a read, ``probe`` combines its readings with
+  ``more_committed`` and ``fewer_pod_pages``, so that the pages outside pods err high.
 """
 
 from __future__ import annotations
@@ -183,10 +184,19 @@ class KernelPool:
 
 @dataclass(frozen=True, slots=True)
 class PodPages:
-    """The pods' pages of one page size: in total, and per NUMA node when the source says."""
+    """The pods' pages of one page size: in total, and per NUMA node when the source says; with a
+    cgroup source, also the pages the pods' reservation charges hold beyond those (``unfaulted``)."""
 
     pages: int
     numa: Mapping[int, int] | None = None
+    unfaulted: int = 0
+
+    def held(self, kernel_reserved: int | None) -> int:
+        """The pods' pages, their unfaulted reservations at most what the kernel still keeps
+        reserved: a mapping being torn down frees its pages before its reservation charge goes,
+        and for that moment the charge is no page at all."""
+        unfaulted = self.unfaulted if kernel_reserved is None else min(self.unfaulted, kernel_reserved)
+        return self.pages + unfaulted
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +242,7 @@ def size_report(pool: KernelPool, numa_pools: Mapping[int, KernelPool], pods: Po
         node: figures(numa_pool, None if numa_pods is None else numa_pods.get(node, 0))
         for node, numa_pool in numa_pools.items()
     }
-    return SizeReport(figures(pool, None if pods is None else pods.pages), per_node)
+    return SizeReport(figures(pool, None if pods is None else pods.held(pool.reserved)), per_node)
 
 
 def fewer_pod_pages(
@@ -250,8 +260,24 @@ def fewer_pod_pages(
             numa = a.numa if b.numa is None else b.numa
         else:
             numa = {n: min(a.numa.get(n, 0), b.numa.get(n, 0)) for n in a.numa.keys() | b.numa.keys()}
-        fewer[size] = PodPages(min(a.pages, b.pages), numa)
+        fewer[size] = PodPages(min(a.pages, b.pages), numa, min(a.unfaulted, b.unfaulted))
     return fewer
+
+
+def more_committed(first: Mapping[int, KernelPool], second: Mapping[int, KernelPool]) -> dict[int, KernelPool]:
+    """Per page size (or NUMA node), the reading with more pages committed; a key only one reading
+    has is taken from it."""
+    return {
+        key: max((p for p in (first.get(key), second.get(key)) if p is not None), key=lambda p: p.committed)
+        for key in first.keys() | second.keys()
+    }
+
+
+def more_committed_per_numa_node(
+    first: Mapping[int, Mapping[int, KernelPool]], second: Mapping[int, Mapping[int, KernelPool]]
+) -> dict[int, dict[int, KernelPool]]:
+    """``more_committed`` for each page size's NUMA nodes."""
+    return {size: more_committed(first.get(size, {}), second.get(size, {})) for size in first.keys() | second.keys()}
 
 
 def pages_of(nbytes: int, page_size: int) -> int:
@@ -259,9 +285,13 @@ def pages_of(nbytes: int, page_size: int) -> int:
     return -(-nbytes // page_size)
 
 
-def cgroup_pod_pages(usage_bytes: int, reserved_bytes: int | None, page_size: int) -> int:
-    """The pods' pages from the controller's two charges (see the module note): the larger one."""
-    return pages_of(max(usage_bytes, reserved_bytes or 0), page_size)
+def cgroup_pod_pages(
+    usage_bytes: int, reserved_bytes: int | None, page_size: int, numa: Mapping[int, int] | None = None
+) -> PodPages:
+    """The pods' pages from the controller's two charges (see the module note): the faulted ones,
+    and the reserved ones beyond them."""
+    faulted = pages_of(usage_bytes, page_size)
+    return PodPages(faulted, numa, max(0, pages_of(reserved_bytes or 0, page_size) - faulted))
 
 
 def emptydir_pod_pages(file_blocks: Iterable[int], page_size: int) -> int:

@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 
 from extender.nodeagent.counters import (
@@ -25,6 +26,8 @@ from extender.nodeagent.counters import (
     emptydir_pod_pages,
     fewer_pod_pages,
     hugetlbfs_mounts,
+    more_committed,
+    more_committed_per_numa_node,
     numa_node_of_dir,
     page_size_of_dir,
     pages_of,
@@ -150,7 +153,7 @@ def _cgroup_pages(
         rsvd = _count(kubepods / f"hugetlb.{name}.{reserved}")
         numa_bytes = numa(size)
         numa_pages = None if numa_bytes is None else {n: pages_of(b, size) for n, b in numa_bytes.items()}
-        found[size] = PodPages(cgroup_pod_pages(used, rsvd, size), numa_pages)
+        found[size] = cgroup_pod_pages(used, rsvd, size, numa_pages)
     return found
 
 
@@ -229,23 +232,41 @@ def page_sizes(sysfs: Path) -> list[int]:
     return [size for size, _ in _page_dirs(sysfs / "kernel" / "mm" / "hugepages")]
 
 
+# Kernel readings at most per record. A quiet node settles in two; pods that keep taking and giving
+# back pages throughout all of them get a record that errs high (``read_record``).
+READ_PASSES = 4
+
+KernelReading = tuple[dict[int, KernelPool], dict[int, dict[int, KernelPool]]]  # the machine's, per NUMA node
+
+
 def read_record(node: str, roots: Roots, now: Callable[[], dt.datetime] | None = None) -> NodeRecord:
     """The record of this node now.
 
-    The pods' pages are read before and after the kernel's counters, and the smaller
-    reading kept: a pod that takes pages while the counters are read is then in both
-    or in neither, never in the pods' pages alone (pages outside pods too low, for as
-    long as the record stands: room offered that the kernel does not have). A pod
-    that gives pages back in that window leaves the record too high until the next read."""
+    The kernel's counters and the pods' charges are separate files, read one after another while
+    pods may take and give back pages; a reading of the kernel's counters after the pods' reading
+    missed a pod's new pages would count too few pages outside pods, offering room the kernel does
+    not have. So the pods' pages are read before, between and after the kernel's counters, which
+    are read twice (up to ``READ_PASSES`` times): when two kernel readings agree and the three pods'
+    readings around them agree, nothing moved and the record is that instant's. When pages kept
+    moving, the record takes the most pages committed of any kernel reading and the fewest pods'
+    pages of any pods' reading: too many pages outside pods until the next read, never too few
+    unless every reading was torn the same way."""
     sizes = page_sizes(roots.sysfs)
-    first_source, before = pod_pages(roots, sizes)
-    pools = kernel_pools(roots.sysfs)
-    per_numa = numa_pools(roots.sysfs)
-    source, after = pod_pages(roots, sizes)
-    # A source that changed in between (the controller turned on): the later reading alone.
-    pods = fewer_pod_pages(before, after) if source == first_source else after
+    pods = [pod_pages(roots, sizes)]
+    kernel: list[KernelReading] = []
+    for _ in range(READ_PASSES):
+        kernel.append((kernel_pools(roots.sysfs), numa_pools(roots.sysfs)))
+        pods.append(pod_pages(roots, sizes))
+        if len(kernel) >= 2 and kernel[-1] == kernel[-2] and pods[-1] == pods[-2] == pods[-3]:
+            (pools, per_numa), (source, pods_now) = kernel[-1], pods[-1]
+            break
+    else:
+        pools = reduce(more_committed, (pools for pools, _ in kernel))
+        per_numa = reduce(more_committed_per_numa_node, (per_numa for _, per_numa in kernel))
+        source = pods[-1][0]  # a source that changed meanwhile (the controller turned on): the last one's readings
+        pods_now = reduce(fewer_pod_pages, (found for read_from, found in pods if read_from == source))
     reports = {
-        resource_name(size): size_report(pool, per_numa.get(size, {}), None if pods is None else pods.get(size))
+        resource_name(size): size_report(pool, per_numa.get(size, {}), None if pods_now is None else pods_now.get(size))
         for size, pool in pools.items()
     }
     observed = (now or (lambda: dt.datetime.now(dt.UTC)))()

@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,14 +122,14 @@ def test_cgroup_v2_two_numa_nodes_two_page_sizes(tmp_path: Path) -> None:
 
 
 def test_cgroup_v1_with_cgroupfs_driver(tmp_path: Path) -> None:
-    # v1: usage 100 pages, rsvd 120 pages (20 unfaulted) -> pods 120; outside 362 - 120 = 242 (2Mi).
+    # v1: usage 100 pages, rsvd 110 pages (10 unfaulted: the kernel's resv) -> pods 110; outside 362 - 110 = 252 (2Mi).
     hugetlb = "cgroup/hugetlb/kubepods"
     write_tree(
         tmp_path,
         {
             **TWO_NUMA_SYSFS,
             f"{hugetlb}/hugetlb.2MB.usage_in_bytes": f"{100 * 2 * MiB}\n",
-            f"{hugetlb}/hugetlb.2MB.rsvd.usage_in_bytes": f"{120 * 2 * MiB}\n",
+            f"{hugetlb}/hugetlb.2MB.rsvd.usage_in_bytes": f"{110 * 2 * MiB}\n",
             f"{hugetlb}/hugetlb.2MB.numa_stat": (
                 f"total=0 N0=0 N1=0\nhierarchical_total={100 * 2 * MiB} N0={100 * 2 * MiB} N1=0\n"
             ),
@@ -140,7 +140,7 @@ def test_cgroup_v1_with_cgroupfs_driver(tmp_path: Path) -> None:
     got = record(tmp_path)
     assert got["source"] == "cgroup-v1"
     assert got["pageSizes"]["hugepages-2Mi"] == {
-        **figures(512, 160, 10, 120, 242),
+        **figures(512, 160, 10, 110, 252),
         "numa": {"0": figures(256, 100, None, 100, 56), "1": figures(256, 60, None, 0, 196)},
     }
     # No numa_stat for 1GB (kernels before 5.10): per-NUMA pods' pages unknown, the node totals known.
@@ -305,8 +305,8 @@ def test_a_kubelet_with_its_own_cgroup_root(tmp_path: Path) -> None:
 # -- pages that move while the files are read ----------------------------------------------
 # The files are not read at one instant. 64 pages, 24 committed, 16 of them the pods':
 # 8 outside pods, before and after a pod takes (or gives back) 8 pages in the middle of
-# a read. A record may say more than 8 for a moment (until the next read), never less:
-# less is room offered that the kernel does not have.
+# a read. A record may say more than 8 (until the next read), never less: less is room
+# offered that the kernel does not have.
 STILL: dict[str, str] = {
     **pool_files(GLOBAL, 2048, nr=64, free=40, resv=0),
     "cgroup/cgroup.controllers": "hugetlb\n",
@@ -325,34 +325,47 @@ def pod_pages_change(root: Path, pages: int) -> None:
         path.write_text(f"{int(path.read_text()) + pages * 2 * MiB}\n")
 
 
-@pytest.mark.parametrize(
-    ("pages", "when", "outside"),
-    [
-        pytest.param(8, "after", 8, id="a pod takes pages just after the kernel's counters are read"),
-        pytest.param(8, "before", 16, id="a pod takes pages just before the kernel's counters are read"),
-        pytest.param(-8, "before", 8, id="a pod gives pages back just before the kernel's counters are read"),
-        pytest.param(-8, "after", 16, id="a pod gives pages back just after the kernel's counters are read"),
-    ],
-)
-def test_pods_pages_moving_during_a_read_never_lower_the_pages_outside_pods(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pages: int, when: str, outside: int
-) -> None:
+def outside_while(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, move: Callable[[int], int]) -> int:
+    """The record's outside pages when, around the n-th reading of the kernel's counters, a pod
+    takes ``move(n)`` pages; what the next read says is exact."""
     write_tree(tmp_path, STILL)
     read_kernel = probe.kernel_pools
+    readings = 0
 
     def kernel_pools_while_a_pod_moves(sysfs: Path) -> dict[int, KernelPool]:
-        if when == "before":
-            pod_pages_change(tmp_path, pages)
-        pools = read_kernel(sysfs)
-        if when == "after":
-            pod_pages_change(tmp_path, pages)
-        return pools
+        nonlocal readings
+        readings += 1
+        pod_pages_change(tmp_path, move(readings))
+        return read_kernel(sysfs)
 
     monkeypatch.setattr(probe, "kernel_pools", kernel_pools_while_a_pod_moves)
-    got = record(tmp_path)["pageSizes"]["hugepages-2Mi"]
-    assert got["outsidePages"] == outside, got
+    outside: int = record(tmp_path)["pageSizes"]["hugepages-2Mi"]["outsidePages"]
     monkeypatch.undo()
     assert record(tmp_path)["pageSizes"]["hugepages-2Mi"]["outsidePages"] == 8, "the next read is exact"
+    return outside
+
+
+@pytest.mark.parametrize(
+    ("pages", "at_reading"),
+    [
+        pytest.param(8, 1, id="a pod takes pages while the kernel's counters are read the first time"),
+        pytest.param(8, 2, id="a pod takes pages while the kernel's counters are read again"),
+        pytest.param(-8, 1, id="a pod gives pages back while the kernel's counters are read the first time"),
+        pytest.param(-8, 2, id="a pod gives pages back while the kernel's counters are read again"),
+    ],
+)
+def test_pages_moved_once_during_a_read_give_that_instants_exact_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pages: int, at_reading: int
+) -> None:
+    assert outside_while(tmp_path, monkeypatch, lambda n: pages if n == at_reading else 0) == 8
+
+
+def test_pages_moving_throughout_a_read_err_high(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Taken before every odd reading, given back before every even one: no two readings agree.
+    # The most committed (32) less the fewest pods' pages (16).
+    assert outside_while(tmp_path, monkeypatch, lambda n: 8 if n % 2 else -8) == 16
+    # Taken before every reading: committed 32, 40, 48, 56; pods' pages 16 (before) to 48.
+    assert outside_while(tmp_path, monkeypatch, lambda n: 8) == 56 - 16
 
 
 @pytest.mark.parametrize("counter", ["nr_hugepages", "free_hugepages", "surplus_hugepages", "resv_hugepages"])

@@ -1,6 +1,7 @@
 """The agent against this machine's own kernel: root sizes the 2 MiB pool, holds pages from a process
 outside any pod and from one inside a (made-up) kubepods cgroup, and the published record follows
-within one report interval, up and back down.
+within one report interval, up and back down; and while a "pod" there takes and gives back pages
+every few milliseconds, no read counts fewer outside pages than are held.
 
 Relative throughout: other work on the machine may size the pool or hold pages too, so the test
 expects the outside pages to rise by exactly what it holds, from what the agent read just before.
@@ -205,3 +206,66 @@ def test_outside_pages_follow_the_real_kernel(tmp_path: Path) -> None:
             loop.join(timeout=5)
         after = read_record("this-node", roots)
         assert figures(after) == (outside0, 0)
+
+
+CHURNING_POD = textwrap.dedent(
+    """
+    import mmap, os, random, sys, time
+    open(sys.argv[1], "w").write(str(os.getpid()))  # into the kubepods cgroup
+    pages, seconds = int(sys.argv[2]), float(sys.argv[3])
+    print("in", flush=True)
+    cycles, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:  # pages taken, held a moment, given back, over and over
+        held = mmap.mmap(-1, pages * (2 << 20), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40000)
+        for page in range(pages):
+            held[page * (2 << 20)] = 1
+        time.sleep(random.uniform(0.002, 0.02))
+        held.close()
+        time.sleep(random.uniform(0.002, 0.02))
+        cycles += 1
+    print(cycles, flush=True)
+    """
+)
+CHURN_PAGES, CHURN_SECONDS = 8, 3.0
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="needs root on Linux to size the pool")
+def test_a_pod_taking_and_giving_back_pages_never_lowers_the_outside_pages(tmp_path: Path) -> None:
+    # The files are read one after another, as fast as the agent can, while the "pod" maps and
+    # faults 8 pages, holds them 2-20 ms, unmaps them and waits 2-20 ms, over and over: far more
+    # often than pods start and stop. A read may count its pages as outside ones for a moment (too
+    # high); a read that counts fewer outside pages than this process holds would offer room the
+    # kernel does not have. (A process that maps and unmaps in a tight loop can show the same
+    # numbers to every file read of a record at the same point of its cycle while its pages come
+    # and go in between: no reading of separate files tells that apart from a still node.)
+    tree = _v2_tree_with_hugetlb()
+    if tree is None:
+        pytest.skip("no cgroup v2 tree with the hugetlb controller")
+    with sized_pool(OUTSIDE + CHURN_PAGES + 4) as added, kubepods_cgroup(tree, tmp_path) as (cgroup_root, kubepods):
+        if added < OUTSIDE + CHURN_PAGES:
+            pytest.skip(f"the kernel gave only {added} more 2 MiB pages (memory fragmented)")
+        roots = Roots(cgroup=cgroup_root)
+        outside0, _ = figures(read_record("this-node", roots))
+        assert outside0 is not None
+        held = hold(OUTSIDE)
+        try:
+            with subprocess.Popen(
+                [sys.executable, "-c", CHURNING_POD, str(kubepods / "cgroup.procs"), str(CHURN_PAGES),
+                 str(CHURN_SECONDS)],
+                stdout=subprocess.PIPE, text=True,
+            ) as pod:  # fmt: skip
+                assert pod.stdout is not None
+                assert pod.stdout.readline().strip() == "in"
+                seen: list[int] = []
+                while pod.poll() is None:
+                    outside, _ = figures(read_record("this-node", roots))
+                    assert outside is not None
+                    seen.append(outside)
+                cycles = int(pod.stdout.read().strip())
+        finally:
+            held.close()
+        low = [o for o in seen if o < outside0 + OUTSIDE]
+        high = sum(o > outside0 + OUTSIDE for o in seen)
+        print(f"\n{len(seen)} reads over {cycles} take-and-give-back cycles: {high} too high, {len(low)} too low")
+        assert cycles > 10
+        assert low == [], f"{len(low)} of {len(seen)} reads counted fewer outside pages than held: {sorted(low)[:10]}"
