@@ -358,15 +358,25 @@ class ClusterState:
         return ReportView(ReportState.FRESH if fresh else ReportState.STALE, age, report)
 
     def report_counts(self) -> dict[str, int]:
-        """Nodes by the state of their record, under the defaults' max age."""
+        """Nodes by the state of their record, under the defaults' max age. ``none`` counts only the
+        nodes whose pages held outside pods nobody states: a pool, no record, no annotation (a node
+        without a pool has nothing to hold; an annotated one is stated by hand). O(nodes), per scrape."""
         fresh = sum(1 for name in self._fresh if name in self._nodes)
         reported = sum(1 for name in self._reports if name in self._nodes)
         ignored = sum(1 for name in self._ignored_reports if name in self._nodes)
+        unstated = sum(
+            1
+            for name, capacity in self._nodes.items()
+            if capacity.total_pages > 0
+            and not capacity.annotated
+            and name not in self._reports
+            and name not in self._ignored_reports
+        )
         return {
             ReportState.FRESH: fresh,
             ReportState.STALE: reported - fresh,
             ReportState.IGNORED: ignored,
-            ReportState.NONE: len(self._nodes) - reported - ignored,
+            ReportState.NONE: unstated,
         }
 
     def view_for(self, policy: Policy) -> tuple[Mapping[str, NodeAccount], Mapping[str, int], bool]:

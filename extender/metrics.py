@@ -271,7 +271,8 @@ class _StateCollector(Collector):
         reports = GaugeMetricFamily(
             "hugepage_extender_node_reports",
             "Nodes by the state of their agent record: fresh (used), stale (older than nodeReportMaxAgeSeconds: "
-            "requests-only accounting), ignored (malformed or absurd), none (no agent).",
+            "requests-only accounting), ignored (malformed or absurd), none (a node with a pool, no record and no "
+            "reserved annotation: pages held outside pods unseen).",
             labels=["state"],
         )
         for state, count in self._state.report_counts().items():

@@ -100,6 +100,20 @@ def test_what_a_record_changes(case: str, node: str, report: Any, total: int, re
     assert state.headroom[node] == (total - account.used_pages - reserved) * PAGE, case
 
 
+def test_none_counts_the_nodes_whose_outside_pages_nobody_states() -> None:
+    # "a" and "kubelet-reserved" have pools and neither a record nor the annotation; "annotated"
+    # is stated by hand; "plain" has no pool. What HugepageNodeReportsMissing alerts on.
+    state, _ = make_state()
+    assert state.report_counts()[ReportState.NONE] == 2
+    apply(state, "a", report_json(outside=64))
+    assert state.report_counts() == {
+        ReportState.FRESH: 1,
+        ReportState.STALE: 0,
+        ReportState.IGNORED: 0,
+        ReportState.NONE: 1,
+    }
+
+
 def test_a_record_goes_stale_and_the_node_falls_back_visibly() -> None:
     state, wall = make_state({"defaults": {"nodeReportMaxAgeSeconds": 60}})
     apply(state, "a", report_json(age=10, outside=900))

@@ -89,6 +89,12 @@ def test_rules_only_with_monitoring(helm: Helm) -> None:
     )
 
 
+def test_node_report_alerts_only_with_the_node_agent(helm: Helm, tmp_path: Path) -> None:
+    path = rendered_rules(helm, tmp_path, {"nodeAgent.enabled": "false"})
+    names = {rule["alert"] for rule in _alerts(yaml.safe_load(path.read_text()))}
+    assert names == ALERTS - {"HugepageNodeReportsStale", "HugepageNodeReportsMissing"}
+
+
 def test_thresholds_come_from_values(helm: Helm, tmp_path: Path) -> None:
     path = rendered_rules(
         helm,
