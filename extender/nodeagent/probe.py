@@ -243,14 +243,14 @@ def read_record(node: str, roots: Roots, now: Callable[[], dt.datetime] | None =
     """The record of this node now.
 
     The kernel's counters and the pods' charges are separate files, read one after another while
-    pods may take and give back pages; a reading of the kernel's counters after the pods' reading
-    missed a pod's new pages would count too few pages outside pods, offering room the kernel does
-    not have. So the pods' pages are read before, between and after the kernel's counters, which
-    are read twice (up to ``READ_PASSES`` times): when two kernel readings agree and the three pods'
-    readings around them agree, nothing moved and the record is that instant's. When pages kept
-    moving, the record takes the most pages committed of any kernel reading and the fewest pods'
-    pages of any pods' reading: too many pages outside pods until the next read, never too few
-    unless every reading was torn the same way."""
+    pods may take and give back pages: pods' pages read just after the counters can include a
+    starting pod's pages that the counters missed, and the record would count too few pages outside
+    pods, offering room the kernel does not have. So the pods' pages are read before, between and
+    after the kernel's counters, which are read twice (up to ``READ_PASSES`` times): when two
+    kernel readings agree and the three pods' readings around them agree, nothing moved and the
+    record is that instant's. When pages kept moving, the record takes the most pages committed of
+    any kernel reading and the fewest pods' pages of any pods' reading: too many pages outside pods
+    until the next read, never too few unless every reading was torn the same way."""
     sizes = page_sizes(roots.sysfs)
     pods = [pod_pages(roots, sizes)]
     kernel: list[KernelReading] = []
