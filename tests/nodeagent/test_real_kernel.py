@@ -92,6 +92,19 @@ def kubepods_cgroup(tree: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
                 control.write_text("-hugetlb\n")
 
 
+@contextlib.contextmanager
+def pool_and_kubepods(tmp_path: Path, pages: int) -> Iterator[tuple[Roots, Path]]:
+    """The 2 MiB pool grown by ``pages`` + 4 and a kubepods cgroup of the test's own (skips where the
+    machine has neither); yields (the agent's roots, the kubepods cgroup)."""
+    tree = _v2_tree_with_hugetlb()
+    if tree is None:
+        pytest.skip("no cgroup v2 tree with the hugetlb controller")
+    with sized_pool(pages + 4) as added, kubepods_cgroup(tree, tmp_path) as (cgroup_root, kubepods):
+        if added < pages:
+            pytest.skip(f"the kernel gave only {added} more 2 MiB pages (memory fragmented)")
+        yield Roots(cgroup=cgroup_root), kubepods
+
+
 def hold(pages: int) -> mmap.mmap:
     """Hold ``pages`` 2 MiB pages from this process (outside any pod): a private hugetlb mapping, touched."""
     held = mmap.mmap(-1, pages * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_HUGETLB)
@@ -146,13 +159,7 @@ def figures(record: NodeRecord) -> tuple[int | None, int | None]:
 
 @pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="needs root on Linux to size the pool")
 def test_outside_pages_follow_the_real_kernel(tmp_path: Path) -> None:
-    tree = _v2_tree_with_hugetlb()
-    if tree is None:
-        pytest.skip("no cgroup v2 tree with the hugetlb controller")
-    with sized_pool(OUTSIDE + INSIDE + 4) as added, kubepods_cgroup(tree, tmp_path) as (cgroup_root, kubepods):
-        if added < OUTSIDE + INSIDE:
-            pytest.skip(f"the kernel gave only {added} more 2 MiB pages (memory fragmented)")
-        roots = Roots(cgroup=cgroup_root)
+    with pool_and_kubepods(tmp_path, OUTSIDE + INSIDE) as (roots, kubepods):
         before = read_record("this-node", roots)
         assert before.source.value == "cgroup-v2"
         outside0, pods0 = figures(before)
@@ -238,13 +245,7 @@ def test_a_pod_taking_and_giving_back_pages_never_lowers_the_outside_pages(tmp_p
     # kernel does not have. (A process that maps and unmaps in a tight loop can show the same
     # numbers to every file read of a record at the same point of its cycle while its pages come
     # and go in between: no reading of separate files tells that apart from a still node.)
-    tree = _v2_tree_with_hugetlb()
-    if tree is None:
-        pytest.skip("no cgroup v2 tree with the hugetlb controller")
-    with sized_pool(OUTSIDE + CHURN_PAGES + 4) as added, kubepods_cgroup(tree, tmp_path) as (cgroup_root, kubepods):
-        if added < OUTSIDE + CHURN_PAGES:
-            pytest.skip(f"the kernel gave only {added} more 2 MiB pages (memory fragmented)")
-        roots = Roots(cgroup=cgroup_root)
+    with pool_and_kubepods(tmp_path, OUTSIDE + CHURN_PAGES) as (roots, kubepods):
         outside0, _ = figures(read_record("this-node", roots))
         assert outside0 is not None
         held = hold(OUTSIDE)
