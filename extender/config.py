@@ -22,7 +22,7 @@ import yaml
 
 from extender.decision import HOLD_LIMIT
 from extender.errors import ExtenderError
-from extender.policy import Mode, Placement, Policy, Widening
+from extender.policy import Mode, Placement, Policy, given, overlay, policy_fields_struct
 from extender.quantity import QuantityError, to_units
 
 DEFAULT_RESOURCE = "hugepages-2Mi"
@@ -37,23 +37,14 @@ class ConfigError(ExtenderError, ValueError):
     """An invalid config; the message names the key at fault."""
 
 
-class _PolicyFields(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True):
-    mode: Mode | None = None
-    sample_size: Annotated[int, msgspec.Meta(ge=0)] | None = None
-    widening: Widening | None = None
-    score_hugepages: bool | None = None
-    overcommit_ratio: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    alpha: Annotated[float, msgspec.Meta(ge=0)] | None = None
-    hold_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    need_from_memory: bool | None = None
-    node_report_max_age_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    numa_aligned: bool | None = None
+# Every knob of Policy, optional, with its bounds: the config keys are Policy's fields.
+_PolicyFields = policy_fields_struct(forbid_unknown_fields=True)
 
 
 class _ConfigFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     resource_name: str = DEFAULT_RESOURCE
     max_request_bytes: Annotated[int, msgspec.Meta(gt=0)] = DEFAULT_MAX_REQUEST_BYTES
-    defaults: _PolicyFields = msgspec.field(default_factory=_PolicyFields)
+    defaults: dict[str, Any] = msgspec.field(default_factory=dict)  # read as _PolicyFields below
     namespaces: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
@@ -66,13 +57,6 @@ class Config:
 
     def policy_for(self, namespace: str) -> Policy:
         return self.placement.policy_for(namespace)
-
-
-def _overlay(base: Policy, fields: _PolicyFields) -> Policy:
-    changes = {
-        f.name: getattr(fields, f.name) for f in dataclasses.fields(Policy) if getattr(fields, f.name) is not None
-    }
-    return dataclasses.replace(base, **changes)
 
 
 def _env_bool(name: str, value: str) -> bool:
@@ -95,20 +79,20 @@ def _env_number(name: str, value: str, kind: type[int] | type[float], *, positiv
     return number
 
 
-def _env_fields(environ: Mapping[str, str]) -> _PolicyFields:
-    """The RFC's environment knobs. HUGEPAGE_FIT_FILTER=false is its shadow phase."""
-    fields = _PolicyFields()
+def _env_fields(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The RFC's environment knobs, by Policy field. HUGEPAGE_FIT_FILTER=false is its shadow phase."""
+    fields: dict[str, Any] = {}
     if (raw := environ.get("BEST_OF_K_HUGEPAGE_FIT_FILTER")) is not None:
         enforce = _env_bool("BEST_OF_K_HUGEPAGE_FIT_FILTER", raw)
-        fields.mode = Mode.ENFORCE if enforce else Mode.SHADOW
+        fields["mode"] = Mode.ENFORCE if enforce else Mode.SHADOW
     if (raw := environ.get("BEST_OF_K_HUGEPAGE_MEMORY")) is not None:
-        fields.score_hugepages = _env_bool("BEST_OF_K_HUGEPAGE_MEMORY", raw)
+        fields["score_hugepages"] = _env_bool("BEST_OF_K_HUGEPAGE_MEMORY", raw)
     if (raw := environ.get("BEST_OF_K_K")) is not None:
-        fields.sample_size = _env_number("BEST_OF_K_K", raw, int, positive=False)
+        fields["sample_size"] = _env_number("BEST_OF_K_K", raw, int, positive=False)
     if (raw := environ.get("BEST_OF_K_R")) is not None:
-        fields.overcommit_ratio = _env_number("BEST_OF_K_R", raw, float, positive=True)
+        fields["overcommit_ratio"] = _env_number("BEST_OF_K_R", raw, float, positive=True)
     if (raw := environ.get("BEST_OF_K_ALPHA")) is not None:
-        fields.alpha = _env_number("BEST_OF_K_ALPHA", raw, float, positive=False)
+        fields["alpha"] = _env_number("BEST_OF_K_ALPHA", raw, float, positive=False)
     return fields
 
 
@@ -139,9 +123,10 @@ def build_config(
         document = {**document, "defaults": _yaml_off(document["defaults"])}
     raw = _convert(document or {}, _ConfigFile, "")
     page_size = page_size_of(raw.resource_name)
-    defaults = _overlay(_overlay(Policy(), raw.defaults), _env_fields(environ))
+    file_defaults = given(_convert(raw.defaults, _PolicyFields, "defaults"))
+    defaults = overlay(overlay(Policy(), file_defaults), _env_fields(environ))
     namespaces = {
-        str(name): _overlay(defaults, _convert(_yaml_off(fields) or {}, _PolicyFields, f"namespaces.{name}"))
+        str(name): overlay(defaults, given(_convert(_yaml_off(fields) or {}, _PolicyFields, f"namespaces.{name}")))
         for name, fields in raw.namespaces.items()
     }
     return Config(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from extender.objects import Node, Pod
+from extender.policy import POLICY_FIELDS, Policy, field_type
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # e2e/ and benchmarks/ are importable from tests
@@ -67,3 +69,19 @@ def make_node(
 
 def pod_json(pod: Pod) -> Any:
     return msgspec.to_builtins(pod)
+
+
+def other_value(field_name: str) -> Any:
+    """A value of a ``Policy`` knob other than its default, within its bounds: what a round trip
+    of that knob through config, ``/debug/state`` and the chart must carry."""
+    default = getattr(Policy(), field_name)
+    kind = field_type(field_name)
+    assert field_name in {f.name for f in POLICY_FIELDS}
+    if kind is bool:
+        return not default
+    if kind is int:
+        return default + 2
+    if kind is float:
+        return default * 2 + 1.5
+    members: list[Any] = list(cast("type[StrEnum]", kind))  # Mode, Widening
+    return members[(members.index(default) + 1) % len(members)]
