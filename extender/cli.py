@@ -25,7 +25,7 @@ from extender.cluster import ClusterState
 from extender.config import Config, ConfigError, holds_need_bind, load_config
 from extender.diagnose import add_extender_arguments, live_explanation, remote_from_args, split_pod_name
 from extender.errors import ExtenderError
-from extender.explain import Explanation, explain, render_table
+from extender.explain import Explanation, explain_pod, render_table
 from extender.kube.binder import ApiBinder
 from extender.kube.client import api_client
 from extender.kube.events import PodEvents
@@ -173,20 +173,10 @@ def _explain(args: argparse.Namespace) -> int:
     state = ClusterState(config)
     snapshot = load_snapshot(args.snapshot)
     state.replace(snapshot.nodes, snapshot.pods, snapshot.reports)
-    state.expire_reports()
     pod = _read_pod(Path(args.pod))
-    namespace = pod.metadata.namespace or "default"
-    policy = config.policy_for(namespace)
-    names = args.nodes.split(",") if args.nodes else sorted(state.accounts)
-    result = explain(
-        f"{namespace}/{pod.metadata.name}",
-        state.demand_of(pod),
-        names,
-        resource_name=config.resource_name,
-        accounts=state.view_for(policy)[0],
-        policy=policy,
-        reports=lambda name: state.report_view(name, policy.node_report_max_age_seconds),
-    )
+    if not pod.metadata.namespace:
+        pod = msgspec.structs.replace(pod, metadata=msgspec.structs.replace(pod.metadata, namespace="default"))
+    result = explain_pod(state, pod, args.nodes.split(",") if args.nodes else None)
     _print_explanation(result, args.output)
     return 0
 

@@ -191,8 +191,11 @@ class ClusterState:
     def is_bound(self, uid: str) -> bool:
         return uid in self._pods
 
+    def policy_for(self, namespace: str) -> Policy:
+        return self._config.policy_for(namespace)
+
     def demand_of(self, pod: Pod) -> PodDemand:
-        policy = self._config.policy_for(pod.metadata.namespace)
+        policy = self.policy_for(pod.metadata.namespace)
         return pod_demand(
             pod, self._config.resource_name, need_from_memory=policy.need_from_memory, with_qos=policy.numa_aligned
         )
