@@ -32,7 +32,7 @@ from extender.capacity import NodeAccount, headroom_bytes, hugepages_for
 from extender.columns import NodeColumns
 from extender.config import Config
 from extender.holds import Hold, HoldLedger, nodes_of
-from extender.nodeagent.record import MAX_POOL_BYTES, PoolReport, ReportError, report_record
+from extender.nodereport import MAX_POOL_BYTES, PoolReport, ReportError, report_record
 from extender.objects import Node, Pod
 from extender.podrequest import PodDemand, pod_demand
 from extender.policy import Policy
@@ -283,7 +283,7 @@ class ClusterState:
     # -- the node agents' records ----------------------------------------------
 
     def apply_report(self, name: str, report: PoolReport | None, error: ReportError | None = None) -> None:
-        """A node's record, read (``nodeagent.record.read_report``) in the watch thread: its figures
+        """A node's record, read (``nodereport.read_report``) in the watch thread: its figures
         for the configured page size, None when it has none, or the error that made it unusable."""
         self._forget_report(name)
         if error is not None:

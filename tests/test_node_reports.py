@@ -18,7 +18,7 @@ from extender.decision import Reasons, filter_nodes
 from extender.diagnostics import parse_state_report
 from extender.explain import explain, render_table
 from extender.metrics import Metrics
-from extender.nodeagent.record import ReportError, read_report, report_record
+from extender.nodereport import ReportError, read_report, report_record
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.server import Extender, create_app

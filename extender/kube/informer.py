@@ -23,7 +23,7 @@ from kubernetes import client
 
 from extender.cluster import ClusterState, NodeCapacity, PodRecord
 from extender.kube.reflector import Handlers, Reflector, Resource
-from extender.nodeagent.record import GROUP, PLURAL, VERSION, ReportObject, ReportRecord, report_record
+from extender.nodereport import GROUP, PLURAL, VERSION, ReportObject, ReportRecord, report_record
 from extender.objects import Node, Pod
 from extender.quantity import QuantityError
 

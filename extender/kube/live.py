@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from extender.errors import ExtenderError
 from extender.kube.client import api_client
-from extender.nodeagent.record import GROUP, PLURAL, VERSION, ReportObject
+from extender.nodereport import GROUP, PLURAL, VERSION, ReportObject
 from extender.objects import Node, Pod
 
 # Bound, non-terminal pods: what holds pages (the same filter as the extender's watch, plus bound).

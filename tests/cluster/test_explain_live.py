@@ -33,7 +33,7 @@ from e2e.controlplane import (
     pod_manifest,
     wait_until,
 )
-from extender.nodeagent.record import GROUP, PLURAL, VERSION
+from extender.nodereport import GROUP, PLURAL, VERSION
 from extender.remote import RemoteExtender
 from tests.cluster.placement_support import (
     EXTENDER_REASON_INSUFFICIENT,

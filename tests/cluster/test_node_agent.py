@@ -33,7 +33,8 @@ from e2e.controlplane import ControlPlane, ManagedProcess, node_manifest, wait_u
 from extender.kube.events import REASON_NO_COMPATIBLE
 from extender.nodeagent.counters import KernelPool, PodPages, Source, size_report
 from extender.nodeagent.publish import ApiPublisher
-from extender.nodeagent.record import GROUP, PLURAL, VERSION, NodeRecord
+from extender.nodeagent.record import NodeRecord
+from extender.nodereport import GROUP, PLURAL, VERSION
 from tests.cluster.placement_support import (
     EXTENDER_REASON_INSUFFICIENT,
     RESOURCE,
