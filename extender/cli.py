@@ -22,7 +22,8 @@ from kubernetes.config.config_exception import ConfigException as KubeConfigErro
 
 from extender import __version__
 from extender.cluster import ClusterState
-from extender.config import Config, ConfigError, holds_need_bind, load_config
+from extender.config import Config, ConfigError, holds_need_bind
+from extender.configfile import load_config
 from extender.diagnose import add_extender_arguments, live_explanation, remote_from_args, split_pod_name
 from extender.errors import ExtenderError
 from extender.explain import Explanation, explain_pod, render_table

@@ -1,4 +1,4 @@
-"""Loading and validating the extender's one YAML config file.
+"""Validating the extender's one YAML config file (read by ``configfile.load_config``).
 
 Precedence, lowest first: built-in defaults, the file's ``defaults``, the
 ``BEST_OF_K_*`` environment variables (the RFC's deployment-wide knobs), then
@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import msgspec
-import yaml
 
-from extender.decision import HOLD_LIMIT
 from extender.errors import ExtenderError
+from extender.holds import HOLD_LIMIT
 from extender.policy import Mode, Placement, Policy, given, overlay, policy_fields_struct
 from extender.quantity import QuantityError, to_units
 
@@ -154,24 +151,6 @@ def _convert(document: Any, kind: type[_T], prefix: str) -> _T:
 
 # Keys renamed since an earlier release: the error names the new key.
 _RENAMED = {"reservationTimeoutSeconds": "holdTimeoutSeconds"}
-
-
-def load_config(
-    path: Path | None,
-    environ: Mapping[str, str] | None = None,
-    exempt_namespaces: frozenset[str] = frozenset(),
-) -> Config:
-    """The config from a YAML file (or only defaults and environment when None)."""
-    env = os.environ if environ is None else environ
-    document: Any = None
-    if path is not None:
-        try:
-            document = yaml.safe_load(path.read_text())
-        except OSError as error:
-            raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
-        except yaml.YAMLError as error:
-            raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
-    return build_config(document, env, exempt_namespaces)
 
 
 def holds_need_bind(config: Config) -> str | None:

@@ -27,6 +27,7 @@ from extender.capacity import (
     numa_headroom_bytes,
 )
 from extender.columns import NodeColumns
+from extender.holds import HOLD_LIMIT
 from extender.namelist import NameList
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
@@ -34,7 +35,6 @@ from extender.sampling import Sample, best_of_k
 from extender.scoring import node_load, priorities, priority
 
 Accounts = Mapping[str, NodeAccount]
-HOLD_LIMIT = 16  # most nodes a filter answer holds a pod's need on (see FilterDecision.nodes_to_hold)
 VECTOR_THRESHOLD = 64  # below this many candidates the scalar loop is faster than numpy's setup
 
 

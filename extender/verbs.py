@@ -28,13 +28,13 @@ import msgspec
 from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import (
-    HOLD_LIMIT,
     FilterDecision,
     HostScores,
     Reasons,
     filter_nodes,
     prioritize_nodes,
 )
+from extender.holds import HOLD_LIMIT
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 

@@ -27,7 +27,7 @@ from aiohttp.test_utils import TestClient
 
 from extender.cli import main as cli_main
 from extender.cluster import ClusterState
-from extender.config import load_config
+from extender.configfile import load_config
 from extender.metrics import Metrics
 from extender.server import Extender, create_app
 from extender.snapshot import load_snapshot

@@ -16,11 +16,11 @@ import msgspec
 import pytest
 from aiohttp import web
 
+from extender.binding import BindingArgs
 from extender.cluster import ClusterState
 from extender.config import build_config
 from extender.metrics import Metrics
 from extender.server import Extender, app_runner, create_app
-from extender.wire import BindingArgs
 from tests.conftest import make_node, make_pod, pod_json
 
 CONFIG = {"defaults": {"mode": "enforce", "sampleSize": 3}}

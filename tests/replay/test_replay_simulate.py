@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from extender.cluster import ClusterState
-from extender.decision import HOLD_LIMIT
+from extender.holds import HOLD_LIMIT
 from extender.policy import Mode
 from extender.replay.model import (
     GIB,
