@@ -191,6 +191,10 @@ class ClusterState:
     def is_bound(self, uid: str) -> bool:
         return uid in self._pods
 
+    @property
+    def config(self) -> Config:
+        return self._config
+
     def policy_for(self, namespace: str) -> Policy:
         return self._config.policy_for(namespace)
 

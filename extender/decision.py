@@ -153,7 +153,7 @@ class FilterDecision:
 
 
 def _account(accounts: Accounts, name: str) -> NodeAccount:
-    # Nodes the extender does not know are treated like nodes without a pool.
+    # A node the extender does not know gets an account of page size 0: Fit.UNKNOWN, left to the scheduler.
     return accounts.get(name, NO_POOL_ACCOUNT)
 
 

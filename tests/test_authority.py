@@ -11,16 +11,7 @@ from extender.cluster import ClusterState
 from extender.config import build_config, holds_need_bind
 from extender.podrequest import PodDemand
 from extender.verbs import UNVERIFIED_HOLD_SECONDS, ExtenderVerbs
-from tests.conftest import GiB, make_node, make_pod
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
+from tests.conftest import Clock, GiB, make_node, make_pod
 
 NEED = PodDemand(hugepage_bytes=1 * GiB, cpu_millis=100)
 NODES = [f"n{i}" for i in range(6)]

@@ -23,19 +23,11 @@ from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.server import Extender, create_app
 from extender.snapshot import parse_snapshot
-from tests.conftest import MiB, make_node, make_pod
+from tests.conftest import Clock, MiB, make_node, make_pod
 
 NOW = 1_800_000_000.0
 RESOURCE = "hugepages-2Mi"
 PAGE = 2 * MiB
-
-
-class WallClock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def report_json(
@@ -57,8 +49,8 @@ def raw(document: Any) -> bytes:
     return msgspec.json.encode(document)
 
 
-def make_state(config: dict[str, Any] | None = None) -> tuple[ClusterState, WallClock]:
-    wall = WallClock()
+def make_state(config: dict[str, Any] | None = None) -> tuple[ClusterState, Clock]:
+    wall = Clock(NOW)
     state = ClusterState(build_config(config or {}, {}), wall_clock=wall)
     state.replace(
         [
@@ -290,7 +282,7 @@ def test_a_snapshot_carries_records() -> None:
         ],
     }  # fmt: skip
     snapshot = parse_snapshot(msgspec.json.encode(document).decode())
-    wall = WallClock()
+    wall = Clock(NOW)
     state = ClusterState(build_config({}, {}), wall_clock=wall)
     state.replace(snapshot.nodes, snapshot.pods, snapshot.reports)
     assert state.accounts["n"].reserved_pages == 24
