@@ -20,11 +20,12 @@ from dataclasses import asdict, dataclass, field
 import msgspec
 
 from extender.capacity import NO_POOL_ACCOUNT, Fit, NodeAccount, fits, hugepages_for
-from extender.cluster import ClusterState, ReportState, ReportView
+from extender.cluster import ClusterState
 from extender.diagnostics import NodeHolds, with_holds
 from extender.objects import Pod
 from extender.podrequest import PodDemand
 from extender.policy import Policy
+from extender.reports import ReportState, ReportView
 from extender.scoring import node_load, priority
 
 

@@ -25,7 +25,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.binding import Binder, BindError
-from extender.cluster import ClusterState, ReportState
+from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import FilterDecision, HostScores, Outcome
 from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, state_report
@@ -34,6 +34,7 @@ from extender.objects import Pod
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.quantity import QuantityError, quote
+from extender.reports import ReportState
 from extender.verbs import ExtenderVerbs
 from extender.waiting import WaitingPods
 from extender.wire import (

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from extender.capacity import Fit, fits
-from extender.cluster import ClusterState, ReportState
+from extender.cluster import ClusterState
 from extender.config import build_config
 from extender.decision import Reasons, filter_nodes
 from extender.diagnostics import parse_state_report
@@ -21,6 +21,7 @@ from extender.metrics import Metrics
 from extender.nodereport import ReportError, read_report, report_record
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
+from extender.reports import ReportState
 from extender.server import Extender, create_app
 from extender.snapshot import parse_snapshot
 from tests.conftest import Clock, MiB, make_node, make_pod
@@ -293,7 +294,7 @@ def test_a_record_renewed_before_its_deadline_stays_fresh_and_the_deadlines_stay
     for _ in range(100):  # an agent writing often
         wall.now += 1
         apply(state, "a", report_json(age=NOW - wall.now, outside=7))
-    assert len(state._report_deadlines) == 1
+    assert len(state.reports._report_deadlines) == 1
     wall.now += 30  # the first record is 129 s old, the newest 30 s
     state.expire_reports()
     assert state.report_view("a").state is ReportState.FRESH

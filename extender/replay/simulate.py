@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from extender.capacity import NO_POOL_ACCOUNT, fits, hugepages_for
-from extender.cluster import RESERVED_ANNOTATION_PREFIX, ClusterState
+from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import Reasons
+from extender.nodeinputs import RESERVED_ANNOTATION_PREFIX
 from extender.objects import Container, Node, NodeStatus, ObjectMeta, Pod, PodSpec, PodStatus, ResourceRequirements
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
