@@ -156,8 +156,10 @@ class ClusterState:
     def policy_for(self, namespace: str) -> Policy:
         return self._config.policy_for(namespace)
 
-    def demand_of(self, pod: Pod) -> PodDemand:
-        policy = self.policy_for(pod.metadata.namespace)
+    def demand_of(self, pod: Pod, policy: Policy | None = None) -> PodDemand:
+        """The pod's need, as its namespace's policy (``policy``, when already looked up) counts it."""
+        if policy is None:
+            policy = self.policy_for(pod.metadata.namespace)
         return pod_demand(
             pod, self._config.resource_name, need_from_memory=policy.need_from_memory, with_qos=policy.numa_aligned
         )

@@ -82,7 +82,7 @@ def timed_decision(
     config = Config(resource_name=RESOURCE_NAME, page_size_bytes=PAGE_SIZE_BYTES, placement=Placement(defaults=policy))
     verbs = ExtenderVerbs(config, state, rng=rng)
     started = time.perf_counter()
-    decision, _ = verbs.filter(PROBE_UID, "scale", demand, names)
+    decision = verbs.filter(PROBE_UID, "scale", demand, names).decision
     if len(decision.passed) > 1:
         verbs.prioritize(PROBE_UID, "scale", demand, decision.passed)
     seconds = time.perf_counter() - started

@@ -403,7 +403,7 @@ class Replay:
 
         policy = self.config.policy_for(plan.namespace)
         started = time.perf_counter()
-        decision, _ = self.verbs.filter(plan.uid, plan.namespace, demand, candidates)
+        decision = self.verbs.filter(plan.uid, plan.namespace, demand, candidates).decision
         passed = decision.passed
         # kube-scheduler calls prioritize only when more than one node is left.
         scores = (

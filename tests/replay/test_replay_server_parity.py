@@ -69,7 +69,7 @@ async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client
         demand = replay.state.demand_of(pod)
         names = replay.node_names
 
-        decision, _ = replay.verbs.filter(plan.uid, plan.namespace, demand, names)
+        decision = replay.verbs.filter(plan.uid, plan.namespace, demand, names).decision
         answer = await post(client, "filter", {"Pod": msgspec.to_builtins(pod), "NodeNames": names})
         assert decision.passed == answer["NodeNames"]
         assert replay.state.holds() == server_state.holds()
