@@ -1,4 +1,4 @@
-"""The ``hugepage-extender`` command: ``serve``, ``explain``, ``replay`` and ``node-agent``."""
+"""The ``hugepage-extender`` command: ``serve``, ``explain`` and ``node-agent``."""
 
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ from extender.logs import configure as configure_logging
 from extender.metrics import Metrics
 from extender.nodeagent.cli import add_parser as add_node_agent_parser
 from extender.objects import Pod
-from extender.replay import add_parser as add_replay_parser
 from extender.server import Extender, create_app, create_probe_app, serve_until_stopped
 from extender.snapshot import SnapshotError, load_snapshot
 from extender.tls import CertificateReloader, server_ssl_context
@@ -208,6 +207,15 @@ def _explain_live(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _replay_moved(args: argparse.Namespace) -> int:
+    """The replay left the package the image ships; the old command says where it went."""
+    raise ConfigError(
+        "the replay is no longer part of the extender: run `python -m replay "
+        + " ".join(args.options)
+        + "` in the source tree (pip install '.[replay]' for its plots)"
+    )
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors in one line naming the problem, exit code 2."""
 
@@ -352,7 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--output", choices=("table", "json"), default="table")
     add_extender_arguments(exp)
     exp.set_defaults(run=_explain)
-    add_replay_parser(commands)
+    # Every word after `replay` is the replay's (no prefix character: none is an option here).
+    moved = commands.add_parser("replay", help="moved: python -m replay, in the source tree", prefix_chars="\0")
+    moved.add_argument("options", nargs=argparse.REMAINDER)
+    moved.set_defaults(run=_replay_moved)
     add_node_agent_parser(commands)
     return parser
 

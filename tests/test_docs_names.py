@@ -35,7 +35,7 @@ DOCS = sorted(
         ROOT / "charts" / "hugepage-extender" / "README.md",
     }
 )
-PATH_ROOTS = ("extender/", "tests/", "e2e/", "benchmarks/", "charts/", "docs/", "manifests/", "examples/")
+PATH_ROOTS = ("extender/", "replay/", "tests/", "e2e/", "benchmarks/", "charts/", "docs/", "manifests/", "examples/")
 ALIASES: dict[str, Any] = {"state": ClusterState, "verbs": ExtenderVerbs}
 # Also roots of the chart's values (``tls.enabled``, ``metrics.prometheusRule``): checked as code only
 # when called (``config.policy_for()``) or in a code block, where ``config`` is the ``Config``.
@@ -43,14 +43,13 @@ VALUE_HEADS = {"config", "tls", "metrics"}
 FILE_SUFFIXES = {"io", "py", "go", "sh", "md", "yaml", "yml", "json", "toml", "txt", "crt", "key", "slice"}
 DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?$")
 FENCE = re.compile(r"^```.*?$(.*?)^```", re.MULTILINE | re.DOTALL)
-_MODULES_SKIPPED = ("extender.replay.plots",)  # needs matplotlib, an extra
 
 
 def package_modules() -> dict[str, ModuleType]:
     """Every module of the package, by its full name and by its name within the package."""
     found: dict[str, ModuleType] = {}
     for info in pkgutil.walk_packages(extender.__path__, "extender."):
-        if info.name.endswith("__main__") or info.name in _MODULES_SKIPPED:
+        if info.name.endswith("__main__"):
             continue
         module = importlib.import_module(info.name)
         found[info.name] = module

@@ -30,7 +30,8 @@ def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
 
 
 def copy_of_the_package(tmp_path: Path) -> Path:
-    shutil.copytree(ROOT / "extender", tmp_path / "extender", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("extender", "replay"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
@@ -97,6 +98,7 @@ BAD_IMPORTS = [
     ("cluster", "import extender.wire", "extender.cluster is not allowed to import extender.wire"),  # state -> shell
     ("explain", "import kubernetes", "extender.explain is not allowed to import kubernetes"),  # state -> framework
     ("server", "import extender.kube.live", "extender.server is not allowed to import extender.kube"),  # shell parts
+    ("metrics", "import replay", "extender is not allowed to import replay"),  # the runtime -> the replay
 ]
 
 

@@ -15,9 +15,9 @@ from aiohttp.test_utils import TestClient
 from extender.binding import BindingArgs
 from extender.cluster import ClusterState
 from extender.metrics import Metrics
-from extender.replay.model import GIB, Blind, InFlight, NodeGroup, Scenario, Trace, parse_variant
-from extender.replay.simulate import PodPlan, Replay, build_nodes, node_object, pod_object
 from extender.server import Extender, create_app
+from replay.model import GIB, Blind, InFlight, NodeGroup, Scenario, Trace, parse_variant
+from replay.simulate import PodPlan, Replay, build_nodes, node_object, pod_object
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]
 Client = TestClient[web.Request, web.Application]

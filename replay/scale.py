@@ -18,10 +18,10 @@ from extender.config import Config
 from extender.decision import FilterDecision
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Placement, Policy, Widening
-from extender.replay.model import GIB, PAGE_SIZE_BYTES, RESOURCE_NAME, ScaleSettings
-from extender.replay.simulate import NodeSpec, node_object
-from extender.replay.tally import percentile
 from extender.verbs import ExtenderVerbs
+from replay.model import GIB, PAGE_SIZE_BYTES, RESOURCE_NAME, ScaleSettings
+from replay.simulate import NodeSpec, node_object
+from replay.tally import percentile
 
 NEED_BYTES = 8 * GIB
 POOL_BYTES = 64 * GIB

@@ -34,7 +34,9 @@ from extender.nodeinputs import RESERVED_ANNOTATION_PREFIX
 from extender.objects import Container, Node, NodeStatus, ObjectMeta, Pod, PodSpec, PodStatus, ResourceRequirements
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
-from extender.replay.model import (
+from extender.scoring import cpu_load, hugepage_load
+from extender.verbs import ExtenderVerbs
+from replay.model import (
     PAGE_SIZE_BYTES,
     RESOURCE_NAME,
     Blind,
@@ -46,9 +48,7 @@ from extender.replay.model import (
     Trace,
     Variant,
 )
-from extender.replay.tally import OutcomeTally, StepTally, coefficient_of_variation
-from extender.scoring import cpu_load, hugepage_load
-from extender.verbs import ExtenderVerbs
+from replay.tally import OutcomeTally, StepTally, coefficient_of_variation
 
 # New clients of a ladder step start spread over this many seconds: a burst,
 # as when a batch run raises its concurrency, but not all in one instant.
