@@ -46,7 +46,7 @@ kind-e2e: $(STAMP)
 # The fast loop: lint, types, layering and every test that needs no Go-built
 # binary (no control plane, no helm, no kind), less the two marked slow.
 unit: lint
-	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" --ignore=tests/cluster --ignore=tests/chart --ignore-glob='e2e/*' $(PYTEST_ARGS)
+	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" --ignore=tests/chart --ignore-glob='e2e/*' $(PYTEST_ARGS)
 
 # The pure core's loop, a few seconds: its tests alone (no lint, no I/O), a tenth of the
 # property examples. `make unit` runs them all, with everything else that needs no Go binary.

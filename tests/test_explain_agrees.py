@@ -5,7 +5,7 @@ records fresh, stale for one namespace's ``nodeReportMaxAgeSeconds``, with NUMA 
 pods of several namespaces (one ``numaAligned``, whose Guaranteed pods need one NUMA node).
 The filter is asked over HTTP of a real ``Extender`` serving that snapshot, one node a call;
 ``hugepage-extender explain --snapshot`` is run on the same file. The same over the real
-control plane with ``kubectl hugepages explain``: tests/cluster/test_explain_live.py.
+control plane with ``kubectl hugepages explain``: e2e/cluster/test_explain_live.py.
 """
 
 from __future__ import annotations

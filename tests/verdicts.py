@@ -1,6 +1,6 @@
 """One node's verdict, as the filter answers it and as ``explain`` shows it, in one shape:
 ``("admitted", "")``, ``("failed", reason)`` or ``("unresolvable", reason)``; so a test can
-hold the two equal node by node (tests/test_explain_agrees.py, tests/cluster/test_explain_live.py).
+hold the two equal node by node (tests/test_explain_agrees.py, e2e/cluster/test_explain_live.py).
 
 Ask the filter one node at a time: an answer names its rejected nodes only when it admits none.
 """

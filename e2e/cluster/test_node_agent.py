@@ -29,13 +29,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from e2e.controlplane import ControlPlane, ManagedProcess, node_manifest, wait_until
-from extender.kube.events import REASON_NO_COMPATIBLE
-from extender.nodeagent.counters import KernelPool, PodPages, Source, size_report
-from extender.nodeagent.publish import ApiPublisher
-from extender.nodeagent.record import NodeRecord
-from extender.nodereport import GROUP, PLURAL, VERSION
-from tests.cluster.placement_support import (
+from e2e.cluster.placement_support import (
     EXTENDER_REASON_INSUFFICIENT,
     RESOURCE,
     Cell,
@@ -43,6 +37,12 @@ from tests.cluster.placement_support import (
     metric_value,
     wait_for_event,
 )
+from e2e.controlplane import ControlPlane, ManagedProcess, node_manifest, wait_until
+from extender.kube.events import REASON_NO_COMPATIBLE
+from extender.nodeagent.counters import KernelPool, PodPages, Source, size_report
+from extender.nodeagent.publish import ApiPublisher
+from extender.nodeagent.record import NodeRecord
+from extender.nodereport import GROUP, PLURAL, VERSION
 
 pytestmark = pytest.mark.cluster
 

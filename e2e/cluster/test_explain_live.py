@@ -25,6 +25,16 @@ import msgspec
 import pytest
 from kubernetes import client
 
+from e2e.cluster.placement_support import (
+    EXTENDER_REASON_INSUFFICIENT,
+    RESOURCE,
+    Cell,
+    bound_active_pods,
+    bound_pod,
+    placement_scheduler_config,
+    wait_for_event,
+    write_extender_config,
+)
 from e2e.controlplane import (
     ManagedProcess,
     free_port,
@@ -35,16 +45,6 @@ from e2e.controlplane import (
 )
 from extender.nodereport import GROUP, PLURAL, VERSION
 from extender.remote import RemoteExtender
-from tests.cluster.placement_support import (
-    EXTENDER_REASON_INSUFFICIENT,
-    RESOURCE,
-    Cell,
-    bound_active_pods,
-    bound_pod,
-    placement_scheduler_config,
-    wait_for_event,
-    write_extender_config,
-)
 from tests.verdicts import of_explanation, of_filter_answer
 
 pytestmark = pytest.mark.cluster

@@ -31,6 +31,7 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ConflictError
 
+from e2e.cluster.placement_support import Cell
 from e2e.controlplane import (
     BinariesUnavailable,
     ControlPlane,
@@ -39,7 +40,6 @@ from e2e.controlplane import (
     find_binaries,
     wait_until,
 )
-from tests.cluster.placement_support import Cell
 
 HERE = Path(__file__).resolve().parent
 REPORT_CRD = HERE.parents[1] / "charts" / "hugepage-extender" / "crds" / "hugepagenodereports.yaml"
