@@ -2,7 +2,7 @@
 
 A mirror of the cluster state's ``NodeAccount`` values, brought up to date by
 the state when read (O(1) per node changed since). Slot 0 stands for every node the
-extender does not know: no pool and no CPUs, as ``NO_POOL_ACCOUNT``.
+extender does not know: no pool and no CPUs, as ``UNKNOWN_ACCOUNT``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import msgspec
 
 from extender.errors import ExtenderError
 from extender.holds import HOLD_LIMIT
-from extender.policy import Mode, Placement, Policy, given, overlay, policy_fields_struct
+from extender.policy import Mode, Policy, PolicyTable, given, overlay, policy_fields_struct
 from extender.quantity import QuantityError, to_units
 
 DEFAULT_RESOURCE = "hugepages-2Mi"
@@ -50,7 +50,7 @@ class Config:
     resource_name: str = DEFAULT_RESOURCE
     page_size_bytes: int = 2 * 1024 * 1024
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    placement: Placement = dataclasses.field(default_factory=Placement)
+    placement: PolicyTable = dataclasses.field(default_factory=PolicyTable)
 
     def policy_for(self, namespace: str) -> Policy:
         return self.placement.policy_for(namespace)
@@ -130,7 +130,7 @@ def build_config(
         resource_name=raw.resource_name,
         page_size_bytes=page_size,
         max_request_bytes=raw.max_request_bytes,
-        placement=Placement(defaults, namespaces, exempt_namespaces),
+        placement=PolicyTable(defaults, namespaces, exempt_namespaces),
     )
 
 

@@ -17,8 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from extender.capacity import (
-    NO_POOL_ACCOUNT,
     UNBOUNDED,
+    UNKNOWN_ACCOUNT,
     Fit,
     NodeAccount,
     ceiling_bytes,
@@ -154,7 +154,7 @@ class FilterDecision:
 
 def _account(accounts: Accounts, name: str) -> NodeAccount:
     # A node the extender does not know gets an account of page size 0: Fit.UNKNOWN, left to the scheduler.
-    return accounts.get(name, NO_POOL_ACCOUNT)
+    return accounts.get(name, UNKNOWN_ACCOUNT)
 
 
 class _HeadroomOf:

@@ -21,7 +21,7 @@ import msgspec
 
 from extender.capacity import NodeAccount
 from extender.holds import Hold
-from extender.policy import Placement, Policy, PolicyDocumentError, policy_document, policy_from_document
+from extender.policy import Policy, PolicyDocumentError, PolicyTable, policy_document, policy_from_document
 
 STATE_VERSION = 1
 MAX_STATE_NODES = 100  # nodes one state request may name: 100 names of 63 characters keep its URL under 8 KiB
@@ -61,7 +61,7 @@ class ExtenderState:
     policy: Policy
     exempt: bool
     holds: dict[str, NodeHolds]
-    placement: Placement  # every namespace's policy: how the extender counts each namespace's pods
+    placement: PolicyTable  # every namespace's policy: how the extender counts each namespace's pods
     # None: this extender publishes no node reports (the node agent's records are not wired in).
     node_reports: dict[str, NodeReport] | None
 
@@ -100,7 +100,7 @@ def state_report(
     policy: Policy,
     exempt: bool,
     holds: Mapping[str, NodeHolds],
-    placement: Placement,
+    placement: PolicyTable,
     node_reports: Mapping[str, NodeReport] | None = None,
 ) -> dict[str, Any]:
     """The ``/debug/state`` document (version 1). New keys may be added; none is renamed or removed."""
@@ -178,7 +178,7 @@ def parse_state_report(body: bytes) -> ExtenderState:
         raise StateReportError(f"not an extender state document: {error}") from None
     if doc.version != STATE_VERSION:
         raise StateReportError(f"state document version {doc.version}, this client reads {STATE_VERSION}")
-    placement = Placement(
+    placement = PolicyTable(
         defaults=_policy(doc.placement.defaults),
         namespaces={ns: _policy(p) for ns, p in doc.placement.namespaces.items()},
         exempt_namespaces=frozenset(doc.placement.exempt_namespaces),

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import msgspec
 
-from extender.capacity import NO_POOL_ACCOUNT, Fit, NodeAccount, fits, hugepages_for
+from extender.capacity import UNKNOWN_ACCOUNT, Fit, NodeAccount, fits, hugepages_for
 from extender.cluster import ClusterState
 from extender.diagnostics import NodeHolds, with_holds
 from extender.objects import Pod
@@ -121,7 +121,7 @@ def explain(
     rows = []
     numa = policy.numa_aligned and demand.guaranteed
     for name in names:
-        account = accounts.get(name, NO_POOL_ACCOUNT)
+        account = accounts.get(name, UNKNOWN_ACCOUNT)
         load = node_load(account, demand, policy)
         verdict = fits(account, demand.hugepage_bytes, numa_aligned=numa)
         blocked = (

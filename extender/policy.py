@@ -63,7 +63,7 @@ PASSTHROUGH = Policy(mode=Mode.OFF)
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class PolicyTable:
     """The resolved policy table: defaults, per-namespace policies, exempt namespaces."""
 
     defaults: Policy = Policy()

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from extender.capacity import NO_POOL_ACCOUNT, fits, hugepages_for
+from extender.capacity import UNKNOWN_ACCOUNT, fits, hugepages_for
 from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import Reasons
@@ -456,7 +456,7 @@ class Replay:
         # Which term of max(cpuLoad, memLoad) set the chosen node's load, as prioritize
         # scored it (without the pod's own hold): the evidence for whether CPU over-commit
         # ever decides a placement.
-        account = self.state.accounts_without(uid).get(node, NO_POOL_ACCOUNT)
+        account = self.state.accounts_without(uid).get(node, UNKNOWN_ACCOUNT)
         step.picks += 1
         if cpu_load(account, demand, policy.overcommit_ratio) > hugepage_load(account, demand, policy.alpha):
             step.cpu_dominant += 1
@@ -465,7 +465,7 @@ class Replay:
         """Would shadow have rejected the chosen node? The same ``fits`` its counter uses."""
         if policy.mode is not Mode.SHADOW:
             return None
-        return not fits(self.state.accounts.get(node, NO_POOL_ACCOUNT), demand.hugepage_bytes).admits
+        return not fits(self.state.accounts.get(node, UNKNOWN_ACCOUNT), demand.hugepage_bytes).admits
 
     def land(self, flight: Flight) -> None:
         """The node admits the pod if its real pool holds it now; the extender hears either way."""

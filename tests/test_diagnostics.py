@@ -38,7 +38,7 @@ from extender.kube.live import context_namespace
 from extender.kubectl_plugin import main as plugin_main
 from extender.metrics import Metrics
 from extender.podrequest import PodDemand
-from extender.policy import Mode, Placement, Policy
+from extender.policy import Mode, Policy, PolicyTable
 from extender.server import Extender, create_app, create_probe_app
 from extender.waiting import Waiting, WaitingPods
 from tests.conftest import ROOT, make_account, make_extender, make_node, make_pod, make_state, pod_json
@@ -72,7 +72,7 @@ def test_holds_per_node_counts_a_pod_once_on_each_node_it_is_held_on() -> None:
 
 
 def test_state_document_round_trips_and_holds_no_pod_identity() -> None:
-    placement = Placement(
+    placement = PolicyTable(
         defaults=Policy(),
         namespaces={"vms": Policy(mode=Mode.ENFORCE, need_from_memory=True)},
         exempt_namespaces=frozenset({"hugepage-extender"}),
