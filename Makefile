@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 # truly cannot run; 0 leaves it out.
 KIND_E2E ?= auto
 
-.PHONY: run test unit chart lint tools bench kind-e2e
+.PHONY: run test unit core chart lint tools bench kind-e2e
 
 $(STAMP):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,7 +46,16 @@ kind-e2e: $(STAMP)
 # The fast loop: lint, types, layering and every test that needs no Go-built
 # binary (no control plane, no helm, no kind), less the two marked slow.
 unit: lint
-	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" --ignore=tests/cluster --ignore=tests/chart --ignore-glob='e2e/*' $(PYTEST_ARGS)
+	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" --ignore=tests/chart --ignore-glob='e2e/*' $(PYTEST_ARGS)
+
+# The pure core's loop, a few seconds: its tests alone (no lint, no I/O), a tenth of the
+# property examples. `make unit` runs them all, with everything else that needs no Go binary.
+CORE_TESTS := tests/test_capacity.py tests/test_decision.py tests/test_scoring.py \
+	tests/test_sampling.py tests/test_quantity.py tests/test_podrequest.py tests/test_namelist.py \
+	tests/test_holds.py tests/test_config.py tests/test_properties.py \
+	tests/nodeagent/test_counters.py
+core: $(STAMP)
+	QUICK_PROPERTIES=1 $(BIN)/pytest -q -p no:cacheprovider $(CORE_TESTS) $(PYTEST_ARGS)
 
 # The chart's lint, render, schema and alert-rule tests (builds the pinned helm and promtool once).
 chart: $(STAMP)

@@ -55,7 +55,7 @@ class Verbs:
         args = parse_extender_args(body)
         pod = args.pod
         demand = self.state.demand_of(pod)
-        decision, _ = self.verbs.filter(pod.metadata.uid, pod.metadata.namespace, demand, args.node_names)
+        decision = self.verbs.filter(pod.metadata.uid, pod.metadata.namespace, demand, args.node_names).decision
         return render_filter(args, decision)
 
     def prioritize(self, body: bytes) -> bytes:

@@ -73,16 +73,16 @@ async def _serve_with_watch(extender: Extender, app: Any, host: str, port: int, 
     state, verbs = extender.state, extender.verbs
     bound: deque[tuple[float, PodRecord]] = deque()
     deleted: deque[tuple[float, str]] = deque()
-    filter_pod = verbs.filter
+    filter_call = verbs.filter  # the server's filter_pod calls it
 
     def filter_and_watch(*args: Any, **kwargs: Any) -> Any:
-        decision, held = filter_pod(*args, **kwargs)
+        result = filter_call(*args, **kwargs)
         uid, demand = args[0], args[2]
-        if held:
-            node = decision.nodes_to_hold[0]
+        if result.held:
+            node = result.decision.nodes_to_hold[0]
             usage = PodUsage(node, hugepages_for(demand.hugepage_bytes, state.page_size), demand.cpu_millis)
             bound.append((time.monotonic() + bound_after, PodRecord(uid, usage, False)))
-        return decision, held
+        return result
 
     verbs.filter = filter_and_watch  # type: ignore[method-assign]
 

@@ -2,7 +2,7 @@
 
 The extender holds a pod's need on the nodes its filter admitted until the pod
 shows up bound in its cache (``hugepage_extender_hold_to_bound_seconds``). The
-replay (``extender/replay``) models that time as ``bindDelaySeconds``; this
+replay (``replay``) models that time as ``bindDelaySeconds``; this
 measures it with the real kube-scheduler binding asynchronously and the
 extender's real watch, in two regimes:
 

@@ -26,7 +26,8 @@ from extender.nodeagent.counters import KernelPool, PodPages, Source, size_repor
 from extender.nodeagent.publish import DEFAULT_INTERVAL_SECONDS, PublishPolicy, PublishState
 
 __all__ = ["PublishPolicy", "simulate_writes", "updates", "writes"]
-from extender.nodeagent.record import NodeRecord, ReportObject, report_record
+from extender.nodeagent.record import NodeRecord
+from extender.nodereport import ReportObject, report_record
 from extender.objects import Node, Pod
 
 WRITE_COLUMNS = ["nodes", "heartbeat s", "jitter", "changes /node/h", "writes/s simulated", "writes/s formula"]

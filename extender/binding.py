@@ -3,10 +3,18 @@ server and the Kubernetes client layer (``extender.kube.binder`` implements it).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from extender.errors import ExtenderError
-from extender.wire import BindingArgs
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
 
 
 class BindError(ExtenderError):

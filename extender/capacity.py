@@ -66,7 +66,7 @@ class NodeAccount(msgspec.Struct, frozen=True, gc=False):
         return max(0, self.total_pages - self.committed_pages - self.held_pages)
 
 
-NO_POOL_ACCOUNT = NodeAccount()  # a node the extender does not know (page_size 0): Fit.UNKNOWN
+UNKNOWN_ACCOUNT = NodeAccount()  # a node the extender does not know (page_size 0): Fit.UNKNOWN
 
 
 class Fit(Enum):

@@ -1,4 +1,4 @@
-"""The ``hugepage-extender`` command: ``serve``, ``explain``, ``replay`` and ``node-agent``."""
+"""The ``hugepage-extender`` command: ``serve``, ``explain`` and ``node-agent``."""
 
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ from kubernetes.config.config_exception import ConfigException as KubeConfigErro
 
 from extender import __version__
 from extender.cluster import ClusterState
-from extender.config import Config, ConfigError, holds_need_bind, load_config
+from extender.config import Config, ConfigError, holds_need_bind
+from extender.configfile import load_config
 from extender.diagnose import add_extender_arguments, live_explanation, remote_from_args, split_pod_name
 from extender.errors import ExtenderError
-from extender.explain import Explanation, explain, render_table
+from extender.explain import Explanation, explain_pod, render_table
 from extender.kube.binder import ApiBinder
 from extender.kube.client import api_client
 from extender.kube.events import PodEvents
@@ -35,7 +36,6 @@ from extender.logs import configure as configure_logging
 from extender.metrics import Metrics
 from extender.nodeagent.cli import add_parser as add_node_agent_parser
 from extender.objects import Pod
-from extender.replay import add_parser as add_replay_parser
 from extender.server import Extender, create_app, create_probe_app, serve_until_stopped
 from extender.snapshot import SnapshotError, load_snapshot
 from extender.tls import CertificateReloader, server_ssl_context
@@ -173,20 +173,10 @@ def _explain(args: argparse.Namespace) -> int:
     state = ClusterState(config)
     snapshot = load_snapshot(args.snapshot)
     state.replace(snapshot.nodes, snapshot.pods, snapshot.reports)
-    state.expire_reports()
     pod = _read_pod(Path(args.pod))
-    namespace = pod.metadata.namespace or "default"
-    policy = config.policy_for(namespace)
-    names = args.nodes.split(",") if args.nodes else sorted(state.accounts)
-    result = explain(
-        f"{namespace}/{pod.metadata.name}",
-        state.demand_of(pod),
-        names,
-        resource_name=config.resource_name,
-        accounts=state.view_for(policy)[0],
-        policy=policy,
-        reports=lambda name: state.report_view(name, policy.node_report_max_age_seconds),
-    )
+    if not pod.metadata.namespace:
+        pod = msgspec.structs.replace(pod, metadata=msgspec.structs.replace(pod.metadata, namespace="default"))
+    result = explain_pod(state, pod, args.nodes.split(",") if args.nodes else None)
     _print_explanation(result, args.output)
     return 0
 
@@ -215,6 +205,15 @@ def _explain_live(args: argparse.Namespace, config: Config) -> int:
         )
     _print_explanation(result, args.output)
     return 0
+
+
+def _replay_moved(args: argparse.Namespace) -> int:
+    """The replay left the package the image ships; the old command says where it went."""
+    raise ConfigError(
+        "the replay is no longer part of the extender: run `python -m replay "
+        + " ".join(args.options)
+        + "` in the source tree (pip install '.[replay]' for its plots)"
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -361,7 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--output", choices=("table", "json"), default="table")
     add_extender_arguments(exp)
     exp.set_defaults(run=_explain)
-    add_replay_parser(commands)
+    # Every word after `replay` is the replay's (no prefix character: none is an option here).
+    moved = commands.add_parser("replay", help="moved: python -m replay, in the source tree", prefix_chars="\0")
+    moved.add_argument("options", nargs=argparse.REMAINDER)
+    moved.set_defaults(run=_replay_moved)
     add_node_agent_parser(commands)
     return parser
 

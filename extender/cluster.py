@@ -9,21 +9,18 @@ What a node's record changes (docs/design.md, "The node's own count"): while it 
 fresher than ``nodeReportMaxAgeSeconds``, the kernel's total caps the pool and its
 pages held outside pods are committed; older, or absent, the node is counted from pod
 requests alone (plus the manual annotation, which overrides the record where set).
+The records and their freshness are kept by ``reports.NodeReports``.
 A malformed or absurd record or annotation is ignored, counted and logged: it never
 stops the state from loading.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 import sys
 import time
 from collections import ChainMap, Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from decimal import Decimal
-from enum import StrEnum
 from typing import cast
 
 import msgspec
@@ -32,35 +29,14 @@ from extender.capacity import NodeAccount, headroom_bytes, hugepages_for
 from extender.columns import NodeColumns
 from extender.config import Config
 from extender.holds import Hold, HoldLedger, nodes_of
-from extender.nodeagent.record import MAX_POOL_BYTES, PoolReport, ReportError, report_record
+from extender.nodeinputs import NodeCapacity, node_capacity
+from extender.nodereport import PoolReport, ReportError, report_record
 from extender.objects import Node, Pod
 from extender.podrequest import PodDemand, pod_demand
 from extender.policy import Policy
-from extender.quantity import QuantityError, QuantityTooLarge, ceil_units, parse, quote, to_millis, to_units
+from extender.reports import NodeReports, ReportView
 
 log = logging.getLogger("extender.cluster")
-
-RESERVED_ANNOTATION_PREFIX = "hugepage-extender.io/reserved-"
-FUTURE_TOLERANCE_SECONDS = 300.0  # a record from further in the future than this is a broken clock
-
-
-class ReportState(StrEnum):
-    """What a node's agent record means for its accounting now."""
-
-    NONE = "none"  # no record (no agent): requests only
-    FRESH = "fresh"  # used: kernel total caps the pool, outside pages committed
-    STALE = "stale"  # older than nodeReportMaxAgeSeconds: requests only
-    IGNORED = "ignored"  # malformed or absurd: requests only
-
-
-@dataclass(frozen=True, slots=True)
-class ReportView:
-    """A node's record as ``explain`` shows it."""
-
-    state: ReportState
-    age_seconds: float | None = None
-    report: PoolReport | None = None
-    reason: str = ""
 
 
 # The records below hold only strings and integers, so they can form no reference
@@ -69,14 +45,6 @@ class ReportView:
 
 def _fresh() -> str | None:
     return None
-
-
-class NodeCapacity(msgspec.Struct, frozen=True, gc=False):
-    total_pages: int
-    reserved_pages: int  # from the manual annotation
-    cpu_millis: int
-    annotated: bool = False  # the annotation is set (and readable): it overrides the agent's record
-    ignored: str = ""  # why the annotation was not read ("malformed", "absurd"), for the metric
 
 
 class PodUsage(msgspec.Struct, frozen=True, gc=False):
@@ -108,19 +76,9 @@ class ClusterState:
         self._config = config
         self._on_hold_bound = on_hold_bound
         self._page_size = config.page_size_bytes
-        self._reserved_annotation = RESERVED_ANNOTATION_PREFIX + config.resource_name
         self._clock = clock
-        self._wall_clock = wall_clock  # records carry wall-clock times (observedAt)
-        self._max_age = config.placement.defaults.node_report_max_age_seconds
-        self._reports: dict[str, PoolReport] = {}
-        self._fresh: set[str] = set()  # nodes whose record is fresh under the defaults' max age
-        # (stale at, node): at most one entry per node, checked against its newest record when due,
-        # so a node whose agent writes often costs no more than one that writes rarely.
-        self._report_deadlines: list[tuple[float, str]] = []
-        self._scheduled: set[str] = set()  # nodes with an entry in _report_deadlines
-        self._ignored_reports: dict[str, str] = {}  # node -> why its record is not used
         self.ignored: Counter[tuple[str, str]] = Counter()  # (input kind, reason) -> times seen
-        self.stale_reports = 0  # records that went stale while used
+        self.reports = NodeReports(config.placement.defaults.node_report_max_age_seconds, wall_clock, self.ignored)
         self.accounts: dict[str, NodeAccount] = {}
         self.headroom: dict[str, int] = {}  # capacity.headroom_bytes of every account
         # The accounts again, as numpy columns for decisions over many nodes.
@@ -191,8 +149,17 @@ class ClusterState:
     def is_bound(self, uid: str) -> bool:
         return uid in self._pods
 
-    def demand_of(self, pod: Pod) -> PodDemand:
-        policy = self._config.policy_for(pod.metadata.namespace)
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    def policy_for(self, namespace: str) -> Policy:
+        return self._config.policy_for(namespace)
+
+    def demand_of(self, pod: Pod, policy: Policy | None = None) -> PodDemand:
+        """The pod's need, as its namespace's policy (``policy``, when already looked up) counts it."""
+        if policy is None:
+            policy = self.policy_for(pod.metadata.namespace)
         return pod_demand(
             pod, self._config.resource_name, need_from_memory=policy.need_from_memory, with_qos=policy.numa_aligned
         )
@@ -219,7 +186,7 @@ class ClusterState:
     # watch thread can compact a page of objects before handing it over.
 
     def node_record(self, node: Node) -> tuple[str, NodeCapacity]:
-        return node.metadata.name, self._capacity(node)
+        return node.metadata.name, node_capacity(node, self._config.resource_name, self._page_size)
 
     def pod_record(self, pod: Pod) -> PodRecord:
         meta = pod.metadata
@@ -280,131 +247,58 @@ class ClusterState:
     # -- the node agents' records ----------------------------------------------
 
     def apply_report(self, name: str, report: PoolReport | None, error: ReportError | None = None) -> None:
-        """A node's record, read (``nodeagent.record.read_report``) in the watch thread: its figures
+        """A node's record, read (``nodereport.read_report``) in the watch thread: its figures
         for the configured page size, None when it has none, or the error that made it unusable."""
-        self._forget_report(name)
-        if error is not None:
-            self._ignore_report(name, error.reason, str(error))
-        elif report is not None:
-            now = self._wall_clock()
-            if report.observed_at > now + FUTURE_TOLERANCE_SECONDS:
-                self._ignore_report(name, "future", f"observedAt is {report.observed_at - now:.0f} s ahead")
-            else:
-                self._reports[name] = report
-                if now - report.observed_at <= self._max_age:
-                    self._fresh.add(name)
-                    if name not in self._scheduled:
-                        heapq.heappush(self._report_deadlines, (report.observed_at + self._max_age, name))
-                        self._scheduled.add(name)
-        self._refresh({name})
+        self._refresh(self.reports.apply(name, report, error))
 
     def remove_report(self, name: str) -> None:
-        self._forget_report(name)
+        self.reports.forget(name)
         self._refresh({name})
 
     def replace_reports(self, records: Iterable[tuple[str, PoolReport | None, ReportError | None]]) -> None:
         """A relist of records."""
-        touched = set(self._reports) | set(self._ignored_reports)
-        self._reports.clear()
-        self._fresh.clear()
-        self._ignored_reports.clear()
-        self._report_deadlines.clear()
-        self._scheduled.clear()
-        for name, report, error in records:
-            self.apply_report(name, report, error)
-            touched.add(name)
-        self._refresh(touched)
+        self._refresh(self.reports.replace(records))
 
     def expire_reports(self) -> None:
         """Records that are now older than the max age stop counting: O(1) when none is due."""
-        deadlines = self._report_deadlines
-        if not deadlines or deadlines[0][0] > (now := self._wall_clock()):
-            return
-        touched = set()
-        while deadlines and deadlines[0][0] <= now:
-            _, name = heapq.heappop(deadlines)
-            self._scheduled.discard(name)
-            report = self._reports.get(name)
-            if report is None or name not in self._fresh:
-                continue
-            stale_at = report.observed_at + self._max_age
-            if stale_at > now:  # a newer record came meanwhile: look again when that one is due
-                heapq.heappush(deadlines, (stale_at, name))
-                self._scheduled.add(name)
-                continue
-            self._fresh.discard(name)
-            self.stale_reports += 1
-            touched.add(name)
-            log.warning(
-                "node %s: agent record is %.0f s old (max %.0f s); counting the node from pod requests only",
-                name,
-                now - report.observed_at,
-                self._max_age,
-            )
-        self._refresh(touched)
+        self._refresh(self.reports.expire())
+
+    @property
+    def stale_reports(self) -> int:
+        return self.reports.stale_reports
 
     def reported_nodes(self) -> list[str]:
         """Nodes with an agent record the extender keeps."""
-        return [name for name in self._reports if name in self._nodes]
+        return [name for name in self.reports.reported() if name in self._nodes]
 
     def report_view(self, name: str, max_age: float | None = None) -> ReportView:
-        if (reason := self._ignored_reports.get(name)) is not None:
-            return ReportView(ReportState.IGNORED, reason=reason)
-        report = self._reports.get(name)
-        if report is None:
-            return ReportView(ReportState.NONE)
-        age = self._wall_clock() - report.observed_at
-        fresh = age <= (self._max_age if max_age is None else max_age)
-        return ReportView(ReportState.FRESH if fresh else ReportState.STALE, age, report)
+        return self.reports.view(name, max_age)
 
     def report_counts(self) -> dict[str, int]:
         """Nodes by the state of their record, under the defaults' max age. ``none`` counts only the
         nodes whose pages held outside pods nobody states: a pool, no record, no annotation (a node
         without a pool has nothing to hold; an annotated one is stated by hand). O(nodes), per scrape."""
-        fresh = sum(1 for name in self._fresh if name in self._nodes)
-        reported = sum(1 for name in self._reports if name in self._nodes)
-        ignored = sum(1 for name in self._ignored_reports if name in self._nodes)
         unstated = sum(
             1
             for name, capacity in self._nodes.items()
-            if capacity.total_pages > 0
-            and not capacity.annotated
-            and name not in self._reports
-            and name not in self._ignored_reports
+            if capacity.total_pages > 0 and not capacity.annotated and not self.reports.stated(name)
         )
-        return {
-            ReportState.FRESH: fresh,
-            ReportState.STALE: reported - fresh,
-            ReportState.IGNORED: ignored,
-            ReportState.NONE: unstated,
-        }
+        return self.reports.counts(self._nodes, unstated)
 
     def view_for(self, policy: Policy) -> tuple[Mapping[str, NodeAccount], Mapping[str, int], bool]:
         """The accounts (and headroom) as a namespace whose ``nodeReportMaxAgeSeconds`` differs from
         the defaults' sees them, and whether they differ. O(records) for such namespaces only."""
-        max_age = policy.node_report_max_age_seconds
-        if max_age == self._max_age or not self._reports:
+        if not self.reports:
             return self.accounts, self.headroom, False
-        now = self._wall_clock()
         overlay = {
             name: self._account(name, fresh=fresh)
-            for name, report in self._reports.items()
-            if (fresh := now - report.observed_at <= max_age) != (name in self._fresh) and name in self._nodes
+            for name, fresh in self.reports.differing(policy.node_report_max_age_seconds)
+            if name in self._nodes
         }
         if not overlay:
             return self.accounts, self.headroom, False
         room = {name: headroom_bytes(account) for name, account in overlay.items()}
         return ChainMap(overlay, self.accounts), ChainMap(room, self.headroom), True
-
-    def _forget_report(self, name: str) -> None:
-        self._reports.pop(name, None)
-        self._fresh.discard(name)
-        self._ignored_reports.pop(name, None)
-
-    def _ignore_report(self, name: str, reason: str, message: str) -> None:
-        self._ignored_reports[name] = reason
-        self.ignored["report", reason] += 1
-        log.warning("node %s: agent record ignored (%s); counting the node from pod requests only", name, message)
 
     def remove_node(self, name: str) -> None:
         self._nodes.pop(name, None)
@@ -494,28 +388,6 @@ class ClusterState:
 
     # -- internals -----------------------------------------------------------
 
-    def _capacity(self, node: Node) -> NodeCapacity:
-        allocatable = node.status.allocatable or {}
-        pool_bytes = to_units(allocatable.get(self._config.resource_name, 0))
-        cpu_millis = to_millis(allocatable.get("cpu", 0))
-        raw = (node.metadata.annotations or {}).get(self._reserved_annotation)
-        if raw is None:
-            return NodeCapacity(pool_bytes // self._page_size, 0, cpu_millis)
-        # Anyone who may annotate Nodes can write here: read it defensively, never
-        # letting "NaN" or "1e999999" (a million-digit integer) near the arithmetic.
-        try:
-            value = parse(raw)
-            if not Decimal(0) <= value <= MAX_POOL_BYTES:
-                raise QuantityTooLarge(f"{quote(raw)} is more than any node holds")
-            reserved_pages = hugepages_for(ceil_units(value), self._page_size)
-        except (QuantityError, ArithmeticError, ValueError) as error:
-            reason = "absurd" if isinstance(error, QuantityTooLarge) else "malformed"
-            log.warning(
-                "node %s: annotation %s ignored (%s)", quote(node.metadata.name), self._reserved_annotation, error
-            )
-            return NodeCapacity(pool_bytes // self._page_size, 0, cpu_millis, ignored=reason)
-        return NodeCapacity(pool_bytes // self._page_size, reserved_pages, cpu_millis, annotated=True)
-
     def _usage(self, pod: Pod) -> PodUsage | None:
         node = pod.spec.node_name
         if not node or pod.is_terminal:
@@ -538,7 +410,7 @@ class ClusterState:
         held_bytes, pending_cpu = self._inflight.pending(name)
         used = self._used_pages.get(name, 0)
         total, reserved, numa_free = capacity.total_pages, capacity.reserved_pages, -1
-        report = self._reports.get(name) if (name in self._fresh if fresh is None else fresh) else None
+        report = self.reports.used(name, fresh=fresh)
         if report is not None:
             total, reserved, numa_free = _with_report(capacity, report, used)
         return NodeAccount(

@@ -2,7 +2,7 @@
 
 A mirror of the cluster state's ``NodeAccount`` values, brought up to date by
 the state when read (O(1) per node changed since). Slot 0 stands for every node the
-extender does not know: no pool and no CPUs, as ``NO_POOL_ACCOUNT``.
+extender does not know: no pool and no CPUs, as ``UNKNOWN_ACCOUNT``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class NodeColumns:
         # One row per field: a node's values are written in one assignment (a column per field
         # took nine, about 9 us per node changed).
         self._table: IntTable = np.zeros((len(_FIELDS), capacity), dtype=np.int64)
-        self._table[_ROW["headroom"], 0] = UNBOUNDED  # an unknown node is admitted, as one without a pool
+        self._table[_ROW["headroom"], 0] = UNBOUNDED  # an unknown node is admitted, unlike one without a pool
         self._table[_ROW["ceiling"], 0] = UNBOUNDED
         self._layout = 0  # changes whenever a name gets or loses a slot
 

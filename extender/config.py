@@ -1,4 +1,4 @@
-"""Loading and validating the extender's one YAML config file.
+"""Validating the extender's one YAML config file (read by ``configfile.load_config``).
 
 Precedence, lowest first: built-in defaults, the file's ``defaults``, the
 ``BEST_OF_K_*`` environment variables (the RFC's deployment-wide knobs), then
@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import msgspec
-import yaml
 
-from extender.decision import HOLD_LIMIT
 from extender.errors import ExtenderError
-from extender.policy import Mode, Placement, Policy, Widening
+from extender.holds import HOLD_LIMIT
+from extender.policy import Mode, Policy, PolicyTable, given, overlay, policy_fields_struct
 from extender.quantity import QuantityError, to_units
 
 DEFAULT_RESOURCE = "hugepages-2Mi"
@@ -37,23 +34,14 @@ class ConfigError(ExtenderError, ValueError):
     """An invalid config; the message names the key at fault."""
 
 
-class _PolicyFields(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True):
-    mode: Mode | None = None
-    sample_size: Annotated[int, msgspec.Meta(ge=0)] | None = None
-    widening: Widening | None = None
-    score_hugepages: bool | None = None
-    overcommit_ratio: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    alpha: Annotated[float, msgspec.Meta(ge=0)] | None = None
-    hold_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    need_from_memory: bool | None = None
-    node_report_max_age_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    numa_aligned: bool | None = None
+# Every knob of Policy, optional, with its bounds: the config keys are Policy's fields.
+_PolicyFields = policy_fields_struct(forbid_unknown_fields=True)
 
 
 class _ConfigFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     resource_name: str = DEFAULT_RESOURCE
     max_request_bytes: Annotated[int, msgspec.Meta(gt=0)] = DEFAULT_MAX_REQUEST_BYTES
-    defaults: _PolicyFields = msgspec.field(default_factory=_PolicyFields)
+    defaults: dict[str, Any] = msgspec.field(default_factory=dict)  # read as _PolicyFields below
     namespaces: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
@@ -62,17 +50,10 @@ class Config:
     resource_name: str = DEFAULT_RESOURCE
     page_size_bytes: int = 2 * 1024 * 1024
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    placement: Placement = dataclasses.field(default_factory=Placement)
+    placement: PolicyTable = dataclasses.field(default_factory=PolicyTable)
 
     def policy_for(self, namespace: str) -> Policy:
         return self.placement.policy_for(namespace)
-
-
-def _overlay(base: Policy, fields: _PolicyFields) -> Policy:
-    changes = {
-        f.name: getattr(fields, f.name) for f in dataclasses.fields(Policy) if getattr(fields, f.name) is not None
-    }
-    return dataclasses.replace(base, **changes)
 
 
 def _env_bool(name: str, value: str) -> bool:
@@ -95,20 +76,20 @@ def _env_number(name: str, value: str, kind: type[int] | type[float], *, positiv
     return number
 
 
-def _env_fields(environ: Mapping[str, str]) -> _PolicyFields:
-    """The RFC's environment knobs. HUGEPAGE_FIT_FILTER=false is its shadow phase."""
-    fields = _PolicyFields()
+def _env_fields(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The RFC's environment knobs, by Policy field. HUGEPAGE_FIT_FILTER=false is its shadow phase."""
+    fields: dict[str, Any] = {}
     if (raw := environ.get("BEST_OF_K_HUGEPAGE_FIT_FILTER")) is not None:
         enforce = _env_bool("BEST_OF_K_HUGEPAGE_FIT_FILTER", raw)
-        fields.mode = Mode.ENFORCE if enforce else Mode.SHADOW
+        fields["mode"] = Mode.ENFORCE if enforce else Mode.SHADOW
     if (raw := environ.get("BEST_OF_K_HUGEPAGE_MEMORY")) is not None:
-        fields.score_hugepages = _env_bool("BEST_OF_K_HUGEPAGE_MEMORY", raw)
+        fields["score_hugepages"] = _env_bool("BEST_OF_K_HUGEPAGE_MEMORY", raw)
     if (raw := environ.get("BEST_OF_K_K")) is not None:
-        fields.sample_size = _env_number("BEST_OF_K_K", raw, int, positive=False)
+        fields["sample_size"] = _env_number("BEST_OF_K_K", raw, int, positive=False)
     if (raw := environ.get("BEST_OF_K_R")) is not None:
-        fields.overcommit_ratio = _env_number("BEST_OF_K_R", raw, float, positive=True)
+        fields["overcommit_ratio"] = _env_number("BEST_OF_K_R", raw, float, positive=True)
     if (raw := environ.get("BEST_OF_K_ALPHA")) is not None:
-        fields.alpha = _env_number("BEST_OF_K_ALPHA", raw, float, positive=False)
+        fields["alpha"] = _env_number("BEST_OF_K_ALPHA", raw, float, positive=False)
     return fields
 
 
@@ -139,16 +120,17 @@ def build_config(
         document = {**document, "defaults": _yaml_off(document["defaults"])}
     raw = _convert(document or {}, _ConfigFile, "")
     page_size = page_size_of(raw.resource_name)
-    defaults = _overlay(_overlay(Policy(), raw.defaults), _env_fields(environ))
+    file_defaults = given(_convert(raw.defaults, _PolicyFields, "defaults"))
+    defaults = overlay(overlay(Policy(), file_defaults), _env_fields(environ))
     namespaces = {
-        str(name): _overlay(defaults, _convert(_yaml_off(fields) or {}, _PolicyFields, f"namespaces.{name}"))
+        str(name): overlay(defaults, given(_convert(_yaml_off(fields) or {}, _PolicyFields, f"namespaces.{name}")))
         for name, fields in raw.namespaces.items()
     }
     return Config(
         resource_name=raw.resource_name,
         page_size_bytes=page_size,
         max_request_bytes=raw.max_request_bytes,
-        placement=Placement(defaults, namespaces, exempt_namespaces),
+        placement=PolicyTable(defaults, namespaces, exempt_namespaces),
     )
 
 
@@ -169,24 +151,6 @@ def _convert(document: Any, kind: type[_T], prefix: str) -> _T:
 
 # Keys renamed since an earlier release: the error names the new key.
 _RENAMED = {"reservationTimeoutSeconds": "holdTimeoutSeconds"}
-
-
-def load_config(
-    path: Path | None,
-    environ: Mapping[str, str] | None = None,
-    exempt_namespaces: frozenset[str] = frozenset(),
-) -> Config:
-    """The config from a YAML file (or only defaults and environment when None)."""
-    env = os.environ if environ is None else environ
-    document: Any = None
-    if path is not None:
-        try:
-            document = yaml.safe_load(path.read_text())
-        except OSError as error:
-            raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
-        except yaml.YAMLError as error:
-            raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
-    return build_config(document, env, exempt_namespaces)
 
 
 def holds_need_bind(config: Config) -> str | None:

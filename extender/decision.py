@@ -17,8 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from extender.capacity import (
-    NO_POOL_ACCOUNT,
     UNBOUNDED,
+    UNKNOWN_ACCOUNT,
     Fit,
     NodeAccount,
     ceiling_bytes,
@@ -27,6 +27,7 @@ from extender.capacity import (
     numa_headroom_bytes,
 )
 from extender.columns import NodeColumns
+from extender.holds import HOLD_LIMIT
 from extender.namelist import NameList
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
@@ -34,7 +35,6 @@ from extender.sampling import Sample, best_of_k
 from extender.scoring import node_load, priorities, priority
 
 Accounts = Mapping[str, NodeAccount]
-HOLD_LIMIT = 16  # most nodes a filter answer holds a pod's need on (see FilterDecision.nodes_to_hold)
 VECTOR_THRESHOLD = 64  # below this many candidates the scalar loop is faster than numpy's setup
 
 
@@ -153,8 +153,8 @@ class FilterDecision:
 
 
 def _account(accounts: Accounts, name: str) -> NodeAccount:
-    # Nodes the extender does not know are treated like nodes without a pool.
-    return accounts.get(name, NO_POOL_ACCOUNT)
+    # A node the extender does not know gets an account of page size 0: Fit.UNKNOWN, left to the scheduler.
+    return accounts.get(name, UNKNOWN_ACCOUNT)
 
 
 class _HeadroomOf:
@@ -183,51 +183,72 @@ def filter_nodes(
 
     ``headroom`` (``capacity.headroom_bytes`` of every account, kept by the
     cluster state) makes admission one dict lookup and one comparison per node;
-    without it each candidate's headroom is computed from its account. A policy
-    that examines every candidate does so in one numpy comparison over
-    ``columns`` (the same headroom, by slot) when there are many; a best-of-K scan
-    that keeps nothing for long asks them once whether any candidate fits at all.
+    without it each candidate's headroom is computed from its account. The
+    reference is ``_filter_per_node``, one verdict per node; with ``columns`` (the
+    same accounts as numpy columns) and many candidates, ``_filter_on_columns``
+    reaches the same decision with numpy (property tests hold the two equal).
     """
     if policy.mode is Mode.OFF or not demand.wants_hugepages:
         return FilterDecision(passed=candidates)
-
-    need = demand.hugepage_bytes
-    room = headroom if headroom is not None else _HeadroomOf(accounts)
-    room_of = room.get
+    # A pod pinned to one NUMA node is judged per node: the columns hold the whole pool only.
     numa = policy.numa_aligned and demand.guaranteed
-    if numa:
+    if not numa and columns is not None and _reads(columns, candidates, demand.hugepage_bytes):
+        return _filter_on_columns(demand.hugepage_bytes, candidates, accounts, policy, reasons, rng, headroom, columns)
+    return _filter_per_node(demand.hugepage_bytes, candidates, accounts, policy, reasons, rng, headroom, numa=numa)
+
+
+def _filter_per_node(  # noqa: PLR0917 (filter_nodes' arguments, in order)
+    need: int,
+    candidates: Sequence[str],
+    accounts: Accounts,
+    policy: Policy,
+    reasons: Reasons,
+    rng: random.Random,
+    headroom: Mapping[str, int] | None,
+    *,
+    numa: bool,
+) -> FilterDecision:
+    """The reference decision: each candidate's verdict from its account (``fits``, through its
+    headroom), the sample drawn by best-of-K, or every candidate when the policy examines all."""
+    room_of = _room_of(accounts, headroom, numa=numa)
+    if policy.examines_every_candidate:
+        sample = _examine_every(need, candidates, room_of)
+    else:
+        sample = best_of_k(
+            candidates, policy.sample_size, policy.widening, lambda name: need <= room_of(name, UNBOUNDED), rng
+        )
+    return _decision_of(sample, need, candidates, accounts, policy.mode, reasons, numa=numa)
+
+
+def _room_of(accounts: Accounts, headroom: Mapping[str, int] | None, *, numa: bool) -> Callable[[str, int], int]:
+    """A node's headroom in bytes (``default`` for a node without an account)."""
+    room_of = (headroom if headroom is not None else _HeadroomOf(accounts)).get
+    if not numa:
+        return room_of
+
+    def numa_room_of(name: str, default: int) -> int:
         # A pod pinned to one NUMA node (Guaranteed, single-numa-node nodes) also needs one node with
         # the pages free; nodes that report no NUMA figures are judged on the whole pool.
-        whole_of = room_of
+        account = accounts.get(name)
+        whole = room_of(name, default)
+        return whole if account is None else min(whole, numa_headroom_bytes(account))
 
-        def room_of(name: str, default: int) -> int:
-            account = accounts.get(name)
-            return (
-                whole_of(name, default)
-                if account is None
-                else min(whole_of(name, default), numa_headroom_bytes(account))
-            )
+    return numa_room_of
 
-        columns = None
-    if policy.examines_every_candidate and _reads(columns, candidates, need):
-        assert columns is not None  # for the type checker: _reads says so
-        return _decide_every_on_columns(need, candidates, columns, policy.mode, reasons)
-    if policy.examines_every_candidate:
-        sample = _examine_every(need, candidates, room_of, columns)
-    else:
-        many = columns if _reads(columns, candidates, need) else None
-        sample = best_of_k(
-            candidates,
-            policy.sample_size,
-            policy.widening,
-            lambda name: need <= room_of(name, UNBOUNDED),
-            rng,
-            hopeless=None if many is None else _none_admitted(need, candidates, many),
-        )
-        if many is not None and sample.abandoned:  # no candidate admits the pod: widened draws reject every one
-            decision = _decide_every_on_columns(need, candidates, many, Mode.ENFORCE, reasons)
-            return dataclasses.replace(decision, widened=True)
-    if policy.mode is Mode.SHADOW:
+
+def _decision_of(  # noqa: PLR0917 (a sample and what it was drawn for)
+    sample: Sample[str],
+    need: int,
+    candidates: Sequence[str],
+    accounts: Accounts,
+    mode: Mode,
+    reasons: Reasons,
+    *,
+    numa: bool,
+    columns: NodeColumns | None = None,
+) -> FilterDecision:
+    """The answer, its outcome and counts, from the nodes a sample kept and rejected."""
+    if mode is Mode.SHADOW:
         # Counted per candidate given (the verdicts are not sent: every node passes).
         exceeds = sum(1 for n in sample.rejected if fits(_account(accounts, n), need, numa_aligned=numa).unresolvable)
         return FilterDecision(
@@ -262,6 +283,40 @@ def filter_nodes(
         examined=len(sample.kept) + len(sample.rejected),
         widened=sample.widened,
     )
+
+
+# --------------------------------------------------------------------------- the same decision over numpy columns
+
+
+def _filter_on_columns(  # noqa: PLR0917 (filter_nodes' arguments, in order)
+    need: int,
+    candidates: Sequence[str],
+    accounts: Accounts,
+    policy: Policy,
+    reasons: Reasons,
+    rng: random.Random,
+    headroom: Mapping[str, int] | None,
+    columns: NodeColumns,
+) -> FilterDecision:
+    """``_filter_per_node`` over many candidates: a policy that examines every candidate does so in
+    one numpy comparison over ``columns`` (the same headroom, by slot); a best-of-K scan that keeps
+    nothing for long asks them once whether any candidate fits at all, and the reasons of many
+    rejected nodes are read off the ceiling column."""
+    if policy.examines_every_candidate:
+        return _decide_every_on_columns(need, candidates, columns, policy.mode, reasons)
+    room_of = _room_of(accounts, headroom, numa=False)
+    sample = best_of_k(
+        candidates,
+        policy.sample_size,
+        policy.widening,
+        lambda name: need <= room_of(name, UNBOUNDED),
+        rng,
+        hopeless=_none_admitted(need, candidates, columns),
+    )
+    if sample.abandoned:  # no candidate admits the pod: widened draws reject every one
+        decision = _decide_every_on_columns(need, candidates, columns, Mode.ENFORCE, reasons)
+        return dataclasses.replace(decision, widened=True)
+    return _decision_of(sample, need, candidates, accounts, policy.mode, reasons, numa=False, columns=columns)
 
 
 def _none_admitted(need: int, candidates: Sequence[str], columns: NodeColumns) -> Callable[[], bool]:
@@ -315,9 +370,7 @@ def _reads(columns: NodeColumns | None, candidates: Sequence[str], need: int) ->
     return columns is not None and reads_columns(candidates) and need <= UNBOUNDED
 
 
-def _examine_every(
-    need: int, candidates: Sequence[str], room_of: Callable[[str, int], int], columns: NodeColumns | None
-) -> Sample[str]:
+def _examine_every(need: int, candidates: Sequence[str], room_of: Callable[[str, int], int]) -> Sample[str]:
     """Every candidate, split into those with room for ``need`` and the others, in order."""
     kept: list[str] = []
     rejected: list[str] = []

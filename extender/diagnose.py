@@ -1,9 +1,10 @@
 """Live diagnostics: ``explain --kubeconfig`` and ``kubectl hugepages``, against the cluster as it is now.
 
-One read of the API (the pod, every node, every bound pod) builds the same
-``ClusterState`` the extender builds from its watch; the running extender, when
-asked, adds what only it knows: placements in flight and the namespace's
-effective policy. Then the same pure ``explain`` and ``node_rows`` as offline.
+One read of the API (the pod, every node, every bound pod, the node agents' records)
+builds the same ``ClusterState`` the extender builds from its watch; the running
+extender, when asked, adds what only it knows: placements in flight and the
+namespace's effective policy. Then the same ``explain_pod`` and ``node_rows`` as
+offline.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from kubernetes import client
 
 from extender.cluster import ClusterState
 from extender.config import Config, page_size_of
-from extender.diagnostics import ExtenderState, NodeRow, node_rows, with_holds
+from extender.diagnostics import ExtenderState, NodeRow, node_rows
 from extender.errors import ExtenderError
-from extender.explain import Explanation, explain
+from extender.explain import Explanation, explain_pod
 from extender.kube.live import extender_url_of_service, read_cluster, read_pod
-from extender.podrequest import pod_demand
 from extender.remote import RemoteExtender
 
 
@@ -54,11 +54,11 @@ def live_explanation(
     config = _adopt(config, remote)
     live = read_cluster(api)
     state = ClusterState(config)
-    state.replace(live.nodes, [p for p in live.pods if p.metadata.uid != pod.metadata.uid])
-    policy = remote.policy if remote is not None else config.policy_for(namespace)
-    demand = pod_demand(pod, config.resource_name, need_from_memory=policy.need_from_memory)
-    accounts = state.accounts if remote is None else with_holds(state.accounts, remote.holds)
+    state.replace(live.nodes, [p for p in live.pods if p.metadata.uid != pod.metadata.uid], live.reports)
     sources = {"cluster": f"{cluster}: {len(live.nodes)} nodes, {len(live.pods)} bound pods"}
+    if live.reports_missing:
+        sources["node reports"] = f"none read ({live.reports_missing}): nodes counted from pod requests"
+    names: list[str] | None = None
     if nodes:
         names = list(nodes)
     elif live_pod.node_selector:
@@ -66,12 +66,11 @@ def live_explanation(
         names = live.matching(live_pod.node_selector)
         shown = ",".join(f"{k}={v}" for k, v in sorted(live_pod.node_selector.items()))
         sources["candidates"] = f"{len(names)} nodes match the pod's nodeSelector {shown}"
-    else:
-        names = sorted(state.accounts)
     if pod.spec.node_name:
         sources["pod"] = f"already bound to {pod.spec.node_name} (not counted there below)"
     if remote is not None and extender is not None:
-        held = sum(h.pods for n, h in remote.holds.items() if n in set(names))
+        shown_nodes = set(state.accounts if names is None else names)
+        held = sum(h.pods for n, h in remote.holds.items() if n in shown_nodes)
         sources["policy"] = f"the extender at {extender.url}" + (" (namespace exempt)" if remote.exempt else "")
         sources["in flight"] = f"the extender at {extender.url}: {held} hold(s) on these nodes"
         if not remote.ready:
@@ -79,15 +78,7 @@ def live_explanation(
     else:
         sources["policy"] = config_source
         sources["in flight"] = "not known: ask the running extender (--extender URL)"
-    return explain(
-        f"{namespace}/{name}",
-        demand,
-        names,
-        resource_name=config.resource_name,
-        accounts=accounts,
-        policy=policy,
-        sources=sources,
-    )
+    return explain_pod(state, pod, names, holds=remote.holds if remote is not None else None, sources=sources)
 
 
 def live_node_rows(
@@ -97,7 +88,7 @@ def live_node_rows(
     config = _adopt(config, remote)
     live = read_cluster(api)
     state = ClusterState(config)
-    state.replace(live.nodes, live.pods)
+    state.replace(live.nodes, live.pods, live.reports)
     holds = remote.holds if remote is not None else {}
     reports = remote.node_reports if remote is not None else None
     return node_rows(state.accounts, holds, reports), remote

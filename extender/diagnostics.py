@@ -21,7 +21,7 @@ import msgspec
 
 from extender.capacity import NodeAccount
 from extender.holds import Hold
-from extender.policy import Mode, Placement, Policy, Widening
+from extender.policy import Policy, PolicyDocumentError, PolicyTable, policy_document, policy_from_document
 
 STATE_VERSION = 1
 MAX_STATE_NODES = 100  # nodes one state request may name: 100 names of 63 characters keep its URL under 8 KiB
@@ -61,7 +61,7 @@ class ExtenderState:
     policy: Policy
     exempt: bool
     holds: dict[str, NodeHolds]
-    placement: Placement  # every namespace's policy: how the extender counts each namespace's pods
+    placement: PolicyTable  # every namespace's policy: how the extender counts each namespace's pods
     # None: this extender publishes no node reports (the node agent's records are not wired in).
     node_reports: dict[str, NodeReport] | None
 
@@ -92,20 +92,6 @@ def holds_per_node(
     return dict(sorted(held.items()))
 
 
-def _policy_document(policy: Policy) -> dict[str, Any]:
-    # The config file's own keys, so an operator reads it as the config they wrote.
-    return {
-        "mode": policy.mode.value,
-        "sampleSize": policy.sample_size,
-        "widening": policy.widening.value,
-        "scoreHugepages": policy.score_hugepages,
-        "overcommitRatio": policy.overcommit_ratio,
-        "alpha": policy.alpha,
-        "holdTimeoutSeconds": policy.hold_timeout_seconds,
-        "needFromMemory": policy.need_from_memory,
-    }
-
-
 def state_report(
     *,
     resource_name: str,
@@ -114,7 +100,7 @@ def state_report(
     policy: Policy,
     exempt: bool,
     holds: Mapping[str, NodeHolds],
-    placement: Placement,
+    placement: PolicyTable,
     node_reports: Mapping[str, NodeReport] | None = None,
 ) -> dict[str, Any]:
     """The ``/debug/state`` document (version 1). New keys may be added; none is renamed or removed."""
@@ -123,15 +109,15 @@ def state_report(
         "resourceName": resource_name,
         "ready": ready,
         "namespace": namespace,
-        "policy": _policy_document(policy),
+        "policy": policy_document(policy),
         "exempt": exempt,
         "inFlight": {
             node: {"hugepageBytes": h.hugepage_bytes, "cpuMillis": h.cpu_millis, "pods": h.pods}
             for node, h in holds.items()
         },
         "placement": {
-            "defaults": _policy_document(placement.defaults),
-            "namespaces": {ns: _policy_document(p) for ns, p in sorted(placement.namespaces.items())},
+            "defaults": policy_document(placement.defaults),
+            "namespaces": {ns: policy_document(p) for ns, p in sorted(placement.namespaces.items())},
             "exemptNamespaces": sorted(placement.exempt_namespaces),
         },
         "nodeReports": None
@@ -143,15 +129,8 @@ def state_report(
     }
 
 
-class _PolicyDoc(msgspec.Struct, rename="camel"):
-    mode: Mode
-    sample_size: int
-    widening: Widening
-    score_hugepages: bool
-    overcommit_ratio: float
-    alpha: float
-    hold_timeout_seconds: float
-    need_from_memory: bool
+# A policy is read as a plain object: ``policy.policy_from_document`` knows its keys.
+_PolicyDoc = dict[str, Any]
 
 
 class _PlacementDoc(msgspec.Struct, rename="camel"):
@@ -184,17 +163,11 @@ class _StateDoc(msgspec.Struct, rename="camel"):
     node_reports: dict[str, _ReportDoc] | None = None
 
 
-def _policy(p: _PolicyDoc) -> Policy:
-    return Policy(
-        mode=p.mode,
-        sample_size=p.sample_size,
-        widening=p.widening,
-        score_hugepages=p.score_hugepages,
-        overcommit_ratio=p.overcommit_ratio,
-        alpha=p.alpha,
-        hold_timeout_seconds=p.hold_timeout_seconds,
-        need_from_memory=p.need_from_memory,
-    )
+def _policy(document: _PolicyDoc) -> Policy:
+    try:
+        return policy_from_document(document)
+    except PolicyDocumentError as error:
+        raise StateReportError(f"not an extender state document: a policy: {error}") from None
 
 
 def parse_state_report(body: bytes) -> ExtenderState:
@@ -205,7 +178,7 @@ def parse_state_report(body: bytes) -> ExtenderState:
         raise StateReportError(f"not an extender state document: {error}") from None
     if doc.version != STATE_VERSION:
         raise StateReportError(f"state document version {doc.version}, this client reads {STATE_VERSION}")
-    placement = Placement(
+    placement = PolicyTable(
         defaults=_policy(doc.placement.defaults),
         namespaces={ns: _policy(p) for ns, p in doc.placement.namespaces.items()},
         exempt_namespaces=frozenset(doc.placement.exempt_namespaces),

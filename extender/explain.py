@@ -1,7 +1,13 @@
 """``explain``: why a pod would or would not fit, node by node.
 
-Uses the same ``fits`` and ``node_load`` as the verbs; only the presentation
-is new. Per-node figures are for operators (this table, logs, metrics), never
+``explain_pod`` is the one entry: the snapshot path (``explain --snapshot``), the
+live one (``explain --kubeconfig``, ``kubectl hugepages explain``, through
+``diagnose``) feed it a ``ClusterState`` and it reads from it exactly what the
+filter reads: the namespace's policy, the pod's demand with its QoS class, the
+accounts as the namespace's ``nodeReportMaxAgeSeconds`` judges the node reports,
+without the pod's own hold, plus the running extender's holds. Then the same
+``fits`` and ``node_load`` as the verbs; only the presentation is new.
+Per-node figures are for operators (this table, logs, metrics), never
 for pod events. With the node agents' records it shows, per node, what the
 node itself reported and how old that is, and whether the extender used it.
 """
@@ -13,10 +19,13 @@ from dataclasses import asdict, dataclass, field
 
 import msgspec
 
-from extender.capacity import NO_POOL_ACCOUNT, Fit, NodeAccount, fits, hugepages_for
-from extender.cluster import ReportState, ReportView
+from extender.capacity import UNKNOWN_ACCOUNT, Fit, NodeAccount, fits, hugepages_for
+from extender.cluster import ClusterState
+from extender.diagnostics import NodeHolds, with_holds
+from extender.objects import Pod
 from extender.podrequest import PodDemand
 from extender.policy import Policy
+from extender.reports import ReportState, ReportView
 from extender.scoring import node_load, priority
 
 
@@ -112,7 +121,7 @@ def explain(
     rows = []
     numa = policy.numa_aligned and demand.guaranteed
     for name in names:
-        account = accounts.get(name, NO_POOL_ACCOUNT)
+        account = accounts.get(name, UNKNOWN_ACCOUNT)
         load = node_load(account, demand, policy)
         verdict = fits(account, demand.hugepage_bytes, numa_aligned=numa)
         blocked = (
@@ -155,6 +164,37 @@ def explain(
         rows,
         policy.node_report_max_age_seconds,
         dict(sources or {}),
+    )
+
+
+def explain_pod(
+    state: ClusterState,
+    pod: Pod,
+    names: Iterable[str] | None = None,
+    *,
+    holds: Mapping[str, NodeHolds] | None = None,
+    sources: Mapping[str, str] | None = None,
+) -> Explanation:
+    """Why ``pod`` fits, or not, on each of ``names`` (None: every node the state knows), judged
+    from ``state`` as the filter judges it (``verbs.ExtenderVerbs.filter``). ``holds``: the
+    running extender's placements in flight per node, the pod's own left out, when the state
+    is a reading of the API and not the extender's own."""
+    state.expire_reports()
+    policy = state.policy_for(pod.metadata.namespace)
+    view, _, _ = state.view_for(policy)
+    accounts = state.accounts_without(pod.metadata.uid, view)
+    if holds:
+        accounts = with_holds(accounts, holds)
+    max_age = policy.node_report_max_age_seconds
+    return explain(
+        f"{pod.metadata.namespace}/{pod.metadata.name}",
+        state.demand_of(pod),
+        sorted(state.accounts) if names is None else names,
+        resource_name=state.resource_name,
+        accounts=accounts,
+        policy=policy,
+        sources=sources,
+        reports=lambda name: state.report_view(name, max_age),
     )
 
 

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 import msgspec
 
+HOLD_LIMIT = 16  # most nodes a filter answer holds a pod's need on (see FilterDecision.nodes_to_hold)
+
 
 class Hold(msgspec.Struct, frozen=True, gc=False):
     nodes: tuple[str, ...]

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from extender import __version__
-from extender.config import load_config
+from extender.configfile import load_config
 from extender.diagnose import (
     add_extender_arguments,
     live_explanation,

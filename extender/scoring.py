@@ -17,7 +17,7 @@ from extender.podrequest import PodDemand
 from extender.policy import Policy
 
 MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority
-NO_POOL_LOAD = 0.5  # a node without a pool is unknown, not free
+NO_POOL_LOAD = 0.5  # a node without a pool, or unknown to the extender: neither free nor full
 
 
 def cpu_load(account: NodeAccount, demand: PodDemand, overcommit_ratio: float) -> float:

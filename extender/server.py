@@ -25,16 +25,16 @@ from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.binding import Binder, BindError
-from extender.cluster import ClusterState, ReportState
+from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import FilterDecision, HostScores, Outcome
 from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, state_report
 from extender.metrics import Metrics
 from extender.objects import Pod
-from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.quantity import QuantityError, quote
-from extender.verbs import ExtenderVerbs
+from extender.reports import ReportState
+from extender.verbs import ExtenderVerbs, FilterResult
 from extender.waiting import WaitingPods
 from extender.wire import (
     WireError,
@@ -183,33 +183,16 @@ class Extender:
             log.warning("filter while not ready (%s): answering with an error", unready)
             return web.Response(body=render_filter_error(unready_message(unready)), content_type=JSON)
         pod = args.pod
-        demand = self.state.demand_of(pod)
-        refused = self.verbs.refused_holds
-        decision, held = self.verbs.filter(
-            pod.metadata.uid, pod.metadata.namespace, demand, args.node_names, name=pod.metadata.name
-        )
-        if self.verbs.refused_holds != refused:
-            self.metrics.holds_refused.inc(self.verbs.refused_holds - refused)
-        if held:
-            self.metrics.child(self.metrics.holds_placed, "filter").inc()
-        policy = self.config.policy_for(pod.metadata.namespace)
-        self._observe(pod, policy, decision, demand, len(args.node_names))
-        if policy.mode is Mode.ENFORCE and demand.wants_hugepages:
-            if decision.passed:
-                self.waiting.placed(pod.metadata.uid)
-            else:
-                self.waiting.unplaced(pod.metadata.uid, time.monotonic())
-        return _Answer(render_filter(args, decision))
+        result = self.verbs.filter_pod(pod, args.node_names)
+        self._observe(pod, result, len(args.node_names))
+        return _Answer(render_filter(args, result.decision))
 
     async def prioritize(self, request: web.Request) -> web.StreamResponse:
         args = parse_extender_args(await read_body(request, self.body_timeout_seconds))
         if self.state.unready_reason() is not None:
             # Prioritize errors are ignored by the scheduler; neutral scores say the same.
             return _Answer(render_priorities(HostScores.neutral(args.node_names)))
-        pod = args.pod
-        demand = self.state.demand_of(pod)
-        scores = self.verbs.prioritize(pod.metadata.uid, pod.metadata.namespace, demand, args.node_names)
-        return _Answer(render_priorities(scores))
+        return _Answer(render_priorities(self.verbs.prioritize_pod(args.pod, args.node_names)))
 
     async def bind(self, request: web.Request) -> web.Response:
         args = parse_binding_args(await read_body(request, self.body_timeout_seconds))
@@ -290,12 +273,23 @@ class Extender:
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    def _observe(self, pod: Pod, policy: Policy, decision: FilterDecision, demand: PodDemand, candidates: int) -> None:
+    def _observe(self, pod: Pod, result: FilterResult, candidates: int) -> None:
+        """A filter call's metrics, waiting pods, log line and Event."""
+        decision, demand, policy = result.decision, result.demand, result.policy
+        m = self.metrics
+        if result.refused:
+            m.holds_refused.inc(result.refused)
+        if result.held:
+            m.child(m.holds_placed, "filter").inc()
+        if policy.mode is Mode.ENFORCE and demand.wants_hugepages:
+            if decision.passed:
+                self.waiting.placed(pod.metadata.uid)
+            else:
+                self.waiting.unplaced(pod.metadata.uid, time.monotonic())
         outcome = decision.outcome
         mode = policy.mode
         if outcome is Outcome.PASSTHROUGH:
             return
-        m = self.metrics
         m.child(m.filter_outcomes, mode.value, outcome.value).inc()
         if decision.insufficient:
             m.child(m.fit_rejections, mode.value, "insufficient").inc(decision.insufficient)
@@ -318,10 +312,7 @@ class Extender:
             decision.insufficient,
             decision.exceeds_pool,
         )
-        if (
-            self.events is not None
-            and self.state.owner_of(pod.metadata.uid) == f"{pod.metadata.namespace}/{pod.metadata.name}"
-        ):
+        if self.events is not None and result.shown:
             # Only on pods the watch shows: a made-up pod must not make the extender post
             # Events into any namespace under its own identity.
             self.events.no_fit(pod, decision, demand.hugepage_bytes)

@@ -22,19 +22,21 @@ from __future__ import annotations
 import random
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import msgspec
 
 from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import (
-    HOLD_LIMIT,
     FilterDecision,
     HostScores,
     Reasons,
     filter_nodes,
     prioritize_nodes,
 )
+from extender.holds import HOLD_LIMIT
+from extender.objects import Pod
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 
@@ -51,6 +53,19 @@ class _Filtered(msgspec.Struct, frozen=True, gc=False):
     demand: PodDemand
     policy: Policy
     admitted: tuple[str, ...] | None  # None: more than HOLD_LIMIT, any node this extender knows
+
+
+@dataclass(frozen=True, slots=True)
+class FilterResult:
+    """What a filter call decided and did: the answer, the pod's need and policy as the call read
+    them (once), whether it placed a hold, and how many holds it refused or dropped."""
+
+    decision: FilterDecision
+    demand: PodDemand
+    policy: Policy
+    held: bool = False
+    refused: int = 0  # holds refused or dropped as not their pod's own during this call
+    shown: bool = False  # the watch shows this pod under its UID (a made-up pod gets no Event)
 
 
 class ExtenderVerbs:
@@ -75,14 +90,33 @@ class ExtenderVerbs:
         self._refused: OrderedDict[str, None] = OrderedDict()
         self.refused_holds = 0  # for metrics and tests: holds refused or dropped as not the pod's own
 
-    def filter(
-        self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str], *, name: str = ""
-    ) -> tuple[FilterDecision, bool]:
-        """Decide, then hold an enforced pod's need on the few nodes admitted until it is seen bound.
+    def filter_pod(self, pod: Pod, candidates: Sequence[str]) -> FilterResult:
+        """``filter`` for a pod as the scheduler sends it: its namespace's policy looked up once."""
+        meta = pod.metadata
+        policy = self.config.policy_for(meta.namespace)
+        demand = self.state.demand_of(pod, policy)
+        return self.filter(meta.uid, meta.namespace, demand, candidates, name=meta.name, policy=policy)
 
-        Returns the decision and whether a hold was placed."""
-        policy = self.config.policy_for(namespace)
+    def filter(
+        self,
+        uid: str,
+        namespace: str,
+        demand: PodDemand,
+        candidates: Sequence[str],
+        *,
+        name: str = "",
+        policy: Policy | None = None,
+    ) -> FilterResult:
+        """Decide, then hold an enforced pod's need on the few nodes admitted until it is seen bound."""
+        if policy is None:
+            policy = self.config.policy_for(namespace)
         owner = f"{namespace}/{name}"
+        refused_before = self.refused_holds
+
+        def result(decision: FilterDecision, held: bool = False) -> FilterResult:
+            shown = self.state.owner_of(uid) == owner
+            return FilterResult(decision, demand, policy, held, self.refused_holds - refused_before, shown)
+
         self.state.expire_holds()
         self.state.expire_reports()
         self._drop_unverified()
@@ -115,7 +149,7 @@ class ExtenderVerbs:
         )
         if not own or not uid:
             self.refused_holds += bool(uid)
-            return decision, False
+            return result(decision)
         # Every mode: a pod placed in an off namespace still takes pages that
         # enforcing namespaces must see in flight once bind names its node.
         passed = decision.passed
@@ -127,15 +161,30 @@ class ExtenderVerbs:
             if not_shown and uid not in self._unverified_uids:
                 if len(self._unverified_uids) >= MAX_UNVERIFIED_HOLDS:
                     self.refused_holds += 1
-                    return decision, False
+                    return result(decision)
                 self._unverified_uids[uid] = None
                 self._unverified.append((self.state.now() + UNVERIFIED_HOLD_SECONDS, uid))
             held = self.state.hold(uid, decision.nodes_to_hold, demand, policy.hold_timeout_seconds)
-        return decision, held
+        return result(decision, held)
 
-    def prioritize(self, uid: str, namespace: str, demand: PodDemand, candidates: Sequence[str]) -> HostScores:
+    def prioritize_pod(self, pod: Pod, candidates: Sequence[str]) -> HostScores:
+        """``prioritize`` for a pod as the scheduler sends it: its namespace's policy looked up once."""
+        policy = self.config.policy_for(pod.metadata.namespace)
+        demand = self.state.demand_of(pod, policy)
+        return self.prioritize(pod.metadata.uid, pod.metadata.namespace, demand, candidates, policy=policy)
+
+    def prioritize(
+        self,
+        uid: str,
+        namespace: str,
+        demand: PodDemand,
+        candidates: Sequence[str],
+        *,
+        policy: Policy | None = None,
+    ) -> HostScores:
         """Scores as if the pod's own hold were not there: it is the pod being placed."""
-        policy = self.config.policy_for(namespace)
+        if policy is None:
+            policy = self.config.policy_for(namespace)
         view, _, _ = self.state.view_for(policy)
         accounts = self.state.accounts_without(uid, view)
         # The columns hold no overlay (they are brought up to date only when read).

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import msgspec
 import numpy as np
 
+from extender.binding import BindingArgs
 from extender.decision import FilterDecision, HostScores, RejectedByReason
 from extender.errors import ExtenderError
 from extender.namelist import NameList
@@ -66,14 +67,6 @@ class ExtenderArgs:
         nodes = _raw_node_list.decode(self._body).Nodes
         raws = nodes.items if nodes is not None and nodes.items is not None else []
         return dict(zip(self._item_names, raws, strict=True))
-
-
-@dataclass(frozen=True, slots=True)
-class BindingArgs:
-    pod_name: str
-    pod_namespace: str
-    pod_uid: str
-    node: str
 
 
 class _NodeList(msgspec.Struct):

@@ -11,16 +11,7 @@ from extender.cluster import ClusterState
 from extender.config import build_config, holds_need_bind
 from extender.podrequest import PodDemand
 from extender.verbs import UNVERIFIED_HOLD_SECONDS, ExtenderVerbs
-from tests.conftest import GiB, make_node, make_pod
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
+from tests.conftest import Clock, GiB, make_node, make_pod
 
 NEED = PodDemand(hugepage_bytes=1 * GiB, cpu_millis=100)
 NODES = [f"n{i}" for i in range(6)]
@@ -53,11 +44,12 @@ def waiting(state: ClusterState, name: str, namespace: str = "team") -> str:
 def test_made_up_pods_never_keep_a_real_pod_off_a_pool(state: ClusterState, clock: Clock) -> None:
     # Five filter calls for pods no watch ever shows held every 1Gi pool (the attack).
     v = verbs(state)
-    fakes_held = [v.filter(f"fake-{i}", "team", NEED, NODES, name=f"fake-{i}")[1] for i in range(5)]
+    fakes_held = [v.filter(f"fake-{i}", "team", NEED, NODES, name=f"fake-{i}").held for i in range(5)]
     assert fakes_held[0]  # on all six pools (K = 6): against other pods the watch has not shown
-    assert not v.filter("unshown", "team", NEED, NODES, name="unshown")[0].passed
+    assert not v.filter("unshown", "team", NEED, NODES, name="unshown").decision.passed
     real = waiting(state, "real")
-    decision, held = v.filter(real, "team", NEED, NODES, name="real")
+    filtered = v.filter(real, "team", NEED, NODES, name="real")
+    decision, held = filtered.decision, filtered.held
     assert decision.passed  # a pod the watch shows does not see the made-up holds
     assert held
     # Renewed with fresh UIDs, again and again: never in a real pod's way, and bounded in number.
@@ -66,27 +58,27 @@ def test_made_up_pods_never_keep_a_real_pod_off_a_pool(state: ClusterState, cloc
     assert len(v._unverified_uids) <= 64
     assert v.bind_started(real, "n0")  # the real pod's hold narrows to its node
     other = waiting(state, "other")
-    assert v.filter(other, "team", NEED, NODES[1:], name="other")[0].passed
+    assert v.filter(other, "team", NEED, NODES[1:], name="other").decision.passed
     # Past the window the made-up holds are gone, and their UIDs hold nothing again.
     clock.now += UNVERIFIED_HOLD_SECONDS + 0.1
     v.filter("x", "team", PodDemand(0, 0), NODES, name="x")
     assert set(state.holds()) == {real, other}
-    assert v.filter("fake-0", "team", NEED, NODES, name="fake-0")[1] is False
+    assert v.filter("fake-0", "team", NEED, NODES, name="fake-0").held is False
 
 
 def test_a_real_pod_keeps_its_hold_past_the_verification_window(state: ClusterState, clock: Clock) -> None:
     v = verbs(state)
     real = waiting(state, "real")
-    assert v.filter(real, "team", NEED, NODES[:1], name="real")[1]
+    assert v.filter(real, "team", NEED, NODES[:1], name="real").held
     clock.now += UNVERIFIED_HOLD_SECONDS + 1
     other = waiting(state, "other")
-    assert not v.filter(other, "team", NEED, NODES[:1], name="other")[0].passed  # n0 still held for "real"
+    assert not v.filter(other, "team", NEED, NODES[:1], name="other").decision.passed  # n0 still held for "real"
 
 
 def test_a_pod_the_watch_has_not_shown_yet_holds_until_it_is_shown(state: ClusterState, clock: Clock) -> None:
     # The scheduler may filter a pod before this extender's watch shows it.
     v = verbs(state)
-    assert v.filter("early", "team", NEED, NODES[:1], name="early")[1]
+    assert v.filter("early", "team", NEED, NODES[:1], name="early").held
     clock.now += 1
     state.apply_pod(make_pod("early", "team", uid="early", hugepages="1Gi"))
     clock.now += UNVERIFIED_HOLD_SECONDS
@@ -97,9 +89,9 @@ def test_a_pod_the_watch_has_not_shown_yet_holds_until_it_is_shown(state: Cluste
 def test_another_namespace_cannot_cancel_or_take_over_a_pods_hold(state: ClusterState) -> None:
     v = verbs(state)
     real = waiting(state, "real")
-    assert v.filter(real, "team", NEED, NODES[:1], name="real")[1]
+    assert v.filter(real, "team", NEED, NODES[:1], name="real").held
     # The same UID from elsewhere: decided (the answer is harmless) but the hold stays the real pod's.
-    _, held = v.filter(real, "attacker", PodDemand(2 * GiB, 0), NODES[1:2], name="real")
+    held = v.filter(real, "attacker", PodDemand(2 * GiB, 0), NODES[1:2], name="real").held
     assert not held
     assert state.holds()[real].nodes == ("n0",)
     assert v.refused_holds == 1
@@ -107,8 +99,8 @@ def test_another_namespace_cannot_cancel_or_take_over_a_pods_hold(state: Cluster
 
 def test_without_a_watch_a_uid_stays_with_the_pod_that_first_held_it(state: ClusterState) -> None:
     v = ExtenderVerbs(build_config(CONFIG, {}), state, rng=random.Random(1))  # snapshot mode: nothing to verify
-    assert v.filter("u1", "team", NEED, NODES[:1], name="a")[1]
-    assert not v.filter("u1", "other", NEED, NODES[1:2], name="a")[1]
+    assert v.filter("u1", "team", NEED, NODES[:1], name="a").held
+    assert not v.filter("u1", "other", NEED, NODES[1:2], name="a").held
     assert state.holds()["u1"].nodes == ("n0",)
 
 

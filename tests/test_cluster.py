@@ -7,15 +7,7 @@ from extender.cluster import ClusterState
 from extender.config import build_config
 from extender.podrequest import PodDemand
 from extender.quantity import QuantityError
-from tests.conftest import PAGE_2MI, GiB, make_node, make_pod
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.conftest import PAGE_2MI, Clock, GiB, make_node, make_pod
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from extender.config import ConfigError, build_config, load_config
+from extender.config import ConfigError, build_config
+from extender.configfile import load_config
 from extender.policy import Mode, Policy, Widening
 
 

@@ -8,6 +8,7 @@ from extender.capacity import NodeAccount
 from extender.decision import FilterDecision, Outcome, Reasons, filter_nodes, prioritize_nodes
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, Widening
+from tests.conftest import make_account
 
 MiB = 1024 * 1024
 PAGE = 2 * MiB
@@ -15,15 +16,11 @@ REASONS = Reasons.for_resource("hugepages-2Mi")
 NEED = PodDemand(hugepage_bytes=512 * MiB, cpu_millis=1000)  # 256 pages
 
 
-def pool(total: int, used: int = 0) -> NodeAccount:
-    return NodeAccount(page_size=PAGE, total_pages=total, used_pages=used, cpu_millis=8000)
-
-
 ACCOUNTS = {
-    "roomy": pool(1000),
-    "near-full": pool(1000, used=745),  # 255 free < 256
-    "full": pool(1000, used=1000),
-    "small": pool(200),  # 200 < 256: never fits
+    "roomy": make_account(1000, cpus=8),
+    "near-full": make_account(1000, used=745, cpus=8),  # 255 free < 256
+    "full": make_account(1000, used=1000, cpus=8),
+    "small": make_account(200, cpus=8),  # 200 < 256: never fits
     "no-pool": NodeAccount(cpu_millis=8000),
 }
 
@@ -107,7 +104,10 @@ def test_pods_without_hugepages_pass_in_every_mode(mode: Mode) -> None:
 
 def test_k_limits_the_answer_and_fullscan_reaches_outside_the_sample() -> None:
     candidates = [f"full-{i}" for i in range(30)] + ["roomy"]
-    accounts = {**{c: pool(1000, used=1000) for c in candidates[:-1]}, "roomy": pool(1000)}
+    accounts = {
+        **{c: make_account(1000, used=1000, cpus=8) for c in candidates[:-1]},
+        "roomy": make_account(1000, cpus=8),
+    }
     for seed in range(20):
         policy = Policy(mode=Mode.ENFORCE, sample_size=3, widening=Widening.FULLSCAN)
         d = filter_nodes(NEED, candidates, accounts=accounts, policy=policy, reasons=REASONS, rng=random.Random(seed))
@@ -117,7 +117,10 @@ def test_k_limits_the_answer_and_fullscan_reaches_outside_the_sample() -> None:
 
 def test_no_widening_reports_unexamined_nodes_instead_of_dropping_them() -> None:
     candidates = [f"full-{i}" for i in range(30)] + ["roomy"]
-    accounts = {**{c: pool(1000, used=1000) for c in candidates[:-1]}, "roomy": pool(1000)}
+    accounts = {
+        **{c: make_account(1000, used=1000, cpus=8) for c in candidates[:-1]},
+        "roomy": make_account(1000, cpus=8),
+    }
     misses = 0
     for seed in range(20):
         policy = Policy(mode=Mode.ENFORCE, sample_size=3, widening=Widening.NONE)

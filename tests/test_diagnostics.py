@@ -7,7 +7,6 @@ aiohttp's test client over a real Extender.
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -20,8 +19,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from extender.capacity import NodeAccount
 from extender.cli import main as cli_main
-from extender.cluster import ClusterState
-from extender.config import build_config
 from extender.diagnose import PodNameError, split_pod_name
 from extender.diagnostics import (
     NodeHolds,
@@ -41,10 +38,10 @@ from extender.kube.live import context_namespace
 from extender.kubectl_plugin import main as plugin_main
 from extender.metrics import Metrics
 from extender.podrequest import PodDemand
-from extender.policy import Mode, Placement, Policy
+from extender.policy import Mode, Policy, PolicyTable
 from extender.server import Extender, create_app, create_probe_app
 from extender.waiting import Waiting, WaitingPods
-from tests.conftest import ROOT, make_node, make_pod, pod_json
+from tests.conftest import ROOT, make_account, make_extender, make_node, make_pod, make_state, pod_json
 
 MI = 1 << 20
 GI = 1 << 30
@@ -75,7 +72,7 @@ def test_holds_per_node_counts_a_pod_once_on_each_node_it_is_held_on() -> None:
 
 
 def test_state_document_round_trips_and_holds_no_pod_identity() -> None:
-    placement = Placement(
+    placement = PolicyTable(
         defaults=Policy(),
         namespaces={"vms": Policy(mode=Mode.ENFORCE, need_from_memory=True)},
         exempt_namespaces=frozenset({"hugepage-extender"}),
@@ -115,17 +112,10 @@ def test_state_document_round_trips_and_holds_no_pod_identity() -> None:
         parse_state_report(b"<html>not json</html>")
 
 
-def account(pool: int, used: int = 0, reserved: int = 0, held_bytes: int = 0) -> NodeAccount:
-    """Pages of 2Mi: pool, used by pods, reserved outside pods; in-flight need in bytes."""
-    return NodeAccount(
-        page_size=PAGE, total_pages=pool, used_pages=used, reserved_pages=reserved, held_bytes=held_bytes
-    )
-
-
 def test_pool_totals_count_in_flight_only_up_to_what_a_pool_has_left() -> None:
     accounts = [
-        account(512, used=256, reserved=128),  # 1Gi pool: 512Mi pods, 256Mi outside
-        account(512, used=256, reserved=128, held_bytes=GI),  # 1Gi in flight, only 256Mi (128 pages) left
+        make_account(512, used=256, reserved=128),  # 1Gi pool: 512Mi pods, 256Mi outside
+        make_account(512, used=256, reserved=128, held_bytes=GI),  # 1Gi in flight, only 256Mi (128 pages) left
         NodeAccount(),  # no pool: not counted
     ]
     assert pool_totals(accounts).capacity_bytes == 2 * GI
@@ -135,7 +125,7 @@ def test_pool_totals_count_in_flight_only_up_to_what_a_pool_has_left() -> None:
 
 
 def test_with_holds_adds_the_extenders_placements_to_what_the_api_shows() -> None:
-    accounts = {"n1": account(512, used=256), "n2": account(512)}
+    accounts = {"n1": make_account(512, used=256), "n2": make_account(512)}
     held = with_holds(accounts, {"n1": NodeHolds(512 * MI, 500, 1), "gone": NodeHolds(GI, 0, 1)})
     assert held["n1"].held_bytes == 512 * MI
     assert held["n1"].held_cpu_millis == 500
@@ -147,7 +137,7 @@ def test_explain_says_when_only_holds_in_flight_keep_a_pod_off_a_node() -> None:
     # n1: 1Gi pool, 512Mi used, 512Mi held in flight by another pod: a 512Mi pod would fit without it.
     # n2: 1Gi pool, all used: insufficient whatever is in flight.
     accounts = with_holds(
-        {"n1": account(512, used=256), "n2": account(512, used=512)}, {"n1": NodeHolds(512 * MI, 0, 1)}
+        {"n1": make_account(512, used=256), "n2": make_account(512, used=512)}, {"n1": NodeHolds(512 * MI, 0, 1)}
     )
     result = explain(
         "default/p",
@@ -172,7 +162,7 @@ def test_explain_says_when_only_holds_in_flight_keep_a_pod_off_a_node() -> None:
 
 def test_node_rows_in_bytes() -> None:
     rows = node_rows(
-        {"b": account(512, used=128, reserved=64), "a": NodeAccount(), "c": account(1024)},
+        {"b": make_account(512, used=128, reserved=64), "a": NodeAccount(), "c": make_account(1024)},
         {"b": NodeHolds(256 * MI, 0, 2)},
     )
     assert [r.node for r in rows] == ["b", "c", "a"]  # pools first, then the nodes without one
@@ -219,10 +209,7 @@ NODES = [make_node("roomy", hugepages="4Gi"), make_node("full", hugepages="1Gi",
 
 @pytest.fixture
 def extender() -> Extender:
-    config = build_config(CONFIG, {}, frozenset({"hugepage-extender"}))
-    state = ClusterState(config)
-    state.replace(NODES, [])
-    return Extender(config, state, Metrics(), rng=random.Random(1))
+    return make_extender(make_state(CONFIG, NODES, exempt=frozenset({"hugepage-extender"})))
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -343,7 +330,7 @@ def test_explanation_json_keys_are_stable() -> None:
         PodDemand(hugepage_bytes=GI, cpu_millis=0),
         ["n1"],
         resource_name="hugepages-2Mi",
-        accounts={"n1": account(512)},
+        accounts={"n1": make_account(512)},
         policy=Policy(),
     )
     document = result.as_dict()

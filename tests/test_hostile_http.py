@@ -7,7 +7,6 @@ import asyncio
 import gzip
 import io
 import logging
-import random
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,12 +15,10 @@ import msgspec
 import pytest
 from aiohttp import web
 
+from extender.binding import BindingArgs
 from extender.cluster import ClusterState
-from extender.config import build_config
-from extender.metrics import Metrics
 from extender.server import Extender, app_runner, create_app
-from extender.wire import BindingArgs
-from tests.conftest import make_node, make_pod, pod_json
+from tests.conftest import make_extender, make_node, make_pod, make_state, pod_json
 
 CONFIG = {"defaults": {"mode": "enforce", "sampleSize": 3}}
 NODES = [make_node("roomy", hugepages="4Gi"), make_node("small", hugepages="512Mi")]
@@ -39,9 +36,7 @@ class RecordingBinder:
 
 @pytest.fixture
 def state() -> ClusterState:
-    s = ClusterState(build_config(CONFIG, {}))
-    s.replace(NODES, [])
-    return s
+    return make_state(CONFIG, NODES)
 
 
 @pytest.fixture
@@ -51,7 +46,7 @@ def binder() -> RecordingBinder:
 
 @pytest.fixture
 def extender(state: ClusterState, binder: RecordingBinder) -> Extender:
-    return Extender(build_config(CONFIG, {}), state, Metrics(), rng=random.Random(1), binder=binder)
+    return make_extender(state, binder=binder)
 
 
 @pytest.fixture

@@ -11,12 +11,11 @@ import socket
 import pytest
 from kubernetes import client
 
-from extender.binding import BindError
+from extender.binding import BindError, BindingArgs
 from extender.kube.binder import ApiBinder
 from extender.kube.events import PodEvents
 from extender.metrics import Metrics
 from extender.objects import ObjectMeta, Pod
-from extender.wire import BindingArgs
 
 
 def _unreachable_api() -> client.ApiClient:

@@ -12,30 +12,23 @@ import pytest
 from prometheus_client import generate_latest
 
 from extender.capacity import Fit, fits
-from extender.cluster import ClusterState, ReportState
+from extender.cluster import ClusterState
 from extender.config import build_config
 from extender.decision import Reasons, filter_nodes
 from extender.diagnostics import parse_state_report
 from extender.explain import explain, render_table
 from extender.metrics import Metrics
-from extender.nodeagent.record import ReportError, read_report, report_record
+from extender.nodereport import ReportError, read_report, report_record
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
+from extender.reports import ReportState
 from extender.server import Extender, create_app
 from extender.snapshot import parse_snapshot
-from tests.conftest import MiB, make_node, make_pod
+from tests.conftest import Clock, MiB, make_node, make_pod
 
 NOW = 1_800_000_000.0
 RESOURCE = "hugepages-2Mi"
 PAGE = 2 * MiB
-
-
-class WallClock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def report_json(
@@ -57,8 +50,8 @@ def raw(document: Any) -> bytes:
     return msgspec.json.encode(document)
 
 
-def make_state(config: dict[str, Any] | None = None) -> tuple[ClusterState, WallClock]:
-    wall = WallClock()
+def make_state(config: dict[str, Any] | None = None) -> tuple[ClusterState, Clock]:
+    wall = Clock(NOW)
     state = ClusterState(build_config(config or {}, {}), wall_clock=wall)
     state.replace(
         [
@@ -290,7 +283,7 @@ def test_a_snapshot_carries_records() -> None:
         ],
     }  # fmt: skip
     snapshot = parse_snapshot(msgspec.json.encode(document).decode())
-    wall = WallClock()
+    wall = Clock(NOW)
     state = ClusterState(build_config({}, {}), wall_clock=wall)
     state.replace(snapshot.nodes, snapshot.pods, snapshot.reports)
     assert state.accounts["n"].reserved_pages == 24
@@ -301,7 +294,7 @@ def test_a_record_renewed_before_its_deadline_stays_fresh_and_the_deadlines_stay
     for _ in range(100):  # an agent writing often
         wall.now += 1
         apply(state, "a", report_json(age=NOW - wall.now, outside=7))
-    assert len(state._report_deadlines) == 1
+    assert len(state.reports._report_deadlines) == 1
     wall.now += 30  # the first record is 129 s old, the newest 30 s
     state.expire_reports()
     assert state.report_view("a").state is ReportState.FRESH

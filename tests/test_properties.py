@@ -17,6 +17,7 @@ from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, Widening
 from extender.scoring import hugepage_load, node_load, priorities, priority
 from extender.wire import ExtenderArgs, render_filter
+from tests.conftest import examples
 
 PAGE = 2 * 1024 * 1024
 REASONS = Reasons.for_resource("hugepages-2Mi")
@@ -48,7 +49,7 @@ policies = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(account=accounts(), demand=demands)
 def test_fits_is_exactly_a_committed_load_of_at_most_one(account: NodeAccount, demand: PodDemand) -> None:
     verdict = fits(account, demand.hugepage_bytes)
@@ -60,7 +61,7 @@ def test_fits_is_exactly_a_committed_load_of_at_most_one(account: NodeAccount, d
         assert (verdict is Fit.FITS) == (hugepage_load(account, demand, alpha=0.0) <= 1.0)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(cluster=clusters, demand=demands, policy=policies, seed=st.integers())
 def test_filter_and_prioritize_never_disagree(
     cluster: dict[str, NodeAccount], demand: PodDemand, policy: Policy, seed: int
@@ -83,7 +84,7 @@ def test_filter_and_prioritize_never_disagree(
         assert set(decision.failed) | set(decision.unresolvable) == set(names)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(cluster=clusters, demand=demands, k=st.integers(0, 6), seed=st.integers())
 def test_fullscan_never_fails_when_a_node_fits(
     cluster: dict[str, NodeAccount], demand: PodDemand, k: int, seed: int
@@ -98,13 +99,13 @@ def test_fullscan_never_fails_when_a_node_fits(
         assert bool(decision.passed) == any_fits
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(account=accounts(), demand=demands)
 def test_headroom_is_exactly_fits(account: NodeAccount, demand: PodDemand) -> None:
     assert fits(account, demand.hugepage_bytes).admits == (demand.hugepage_bytes <= headroom_bytes(account))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(account=accounts(), demand=demands)
 def test_ceiling_is_exactly_unresolvable(account: NodeAccount, demand: PodDemand) -> None:
     assume(demand.hugepage_bytes > 0)
@@ -112,14 +113,14 @@ def test_ceiling_is_exactly_unresolvable(account: NodeAccount, demand: PodDemand
     assert unresolvable == (demand.hugepage_bytes > ceiling_bytes(account))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(account=accounts(), demand=demands)
 def test_numa_headroom_is_exactly_fits_numa_aligned(account: NodeAccount, demand: PodDemand) -> None:
     room = min(headroom_bytes(account), numa_headroom_bytes(account))
     assert fits(account, demand.hugepage_bytes, numa_aligned=True).admits == (demand.hugepage_bytes <= room)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(cluster=clusters, demand=demands, policy=policies, seed=st.integers())
 def test_the_headroom_table_decides_as_the_accounts_do(
     cluster: dict[str, NodeAccount], demand: PodDemand, policy: Policy, seed: int
@@ -133,7 +134,7 @@ def test_the_headroom_table_decides_as_the_accounts_do(
     assert with_table == without
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(cluster=clusters, demand=demands, policy=policies, score_hugepages=st.booleans())
 def test_vectorized_scores_equal_the_scalar_ones(
     cluster: dict[str, NodeAccount], demand: PodDemand, policy: Policy, score_hugepages: bool
@@ -156,7 +157,7 @@ def test_vectorized_scores_equal_the_scalar_ones(
     ]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     cluster=clusters,
     demand=demands,
@@ -200,7 +201,7 @@ def test_examining_every_candidate_on_the_columns_decides_as_the_table_does(  # 
         assert answers[0]["FailedAndUnresolvableNodes"] == dict(scalar.unresolvable)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(cluster=clusters, demand=demands, policy=policies, seed=st.integers(), numa=st.booleans())
 def test_every_rejected_node_gets_the_reason_of_its_verdict(
     cluster: dict[str, NodeAccount], demand: PodDemand, policy: Policy, seed: int, numa: bool

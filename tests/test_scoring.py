@@ -11,22 +11,12 @@ from extender.namelist import NameList
 from extender.podrequest import PodDemand
 from extender.policy import Policy
 from extender.scoring import cpu_load, hugepage_load, node_load, priority
+from tests.conftest import make_account
 
 MiB = 1024 * 1024
 PAGE = 2 * MiB
 ON = Policy(overcommit_ratio=4.0, alpha=0.5, score_hugepages=True)
 OFF = Policy(overcommit_ratio=4.0, alpha=0.5, score_hugepages=False)
-
-
-def node(total: int = 1000, used: int = 0, reserved: int = 0, pending_mib: int = 0, cpus: int = 8) -> NodeAccount:
-    return NodeAccount(
-        page_size=PAGE if total else 0,
-        total_pages=total,
-        used_pages=used,
-        reserved_pages=reserved,
-        held_bytes=pending_mib * MiB,
-        cpu_millis=cpus * 1000,
-    )
 
 
 def test_no_pool_scores_a_constant_half() -> None:
@@ -39,21 +29,21 @@ def test_no_pool_scores_a_constant_half() -> None:
 
 def test_ordinary_ram_does_not_fill_the_pool() -> None:
     # empty pool, 512 MiB request: 512 / 2000
-    assert hugepage_load(node(), PodDemand(512 * MiB, 0), 0.5) == 512 / 2000
+    assert hugepage_load(make_account(1000, cpus=8), PodDemand(512 * MiB, 0), 0.5) == 512 / 2000
 
 
 def test_tight_vs_roomy() -> None:
     demand = PodDemand(512 * MiB, 0)
     # tight: 512 + (500 + 250) * 2 + 0.5 * 500 * 2 = 512 + 1500 + 500 = 2512 MiB of 2000
-    assert hugepage_load(node(used=500, reserved=250), demand, 0.5) == 2512 / 2000
+    assert hugepage_load(make_account(1000, used=500, reserved=250, cpus=8), demand, 0.5) == 2512 / 2000
     # roomy: 512 + 50 * 2 = 612 MiB of 2000
-    assert hugepage_load(node(reserved=50), demand, 0.5) == 612 / 2000
+    assert hugepage_load(make_account(1000, reserved=50, cpus=8), demand, 0.5) == 612 / 2000
 
 
 def test_pending_counts() -> None:
     demand = PodDemand(512 * MiB, 0)
-    idle = hugepage_load(node(), demand, 0.5)
-    busy = hugepage_load(node(pending_mib=1024), demand, 0.5)
+    idle = hugepage_load(make_account(1000, cpus=8), demand, 0.5)
+    busy = hugepage_load(make_account(1000, held_mib=1024, cpus=8), demand, 0.5)
     assert busy - idle == pytest.approx(1024 / 2000)
     assert busy == (512 + 1024) / 2000
 
@@ -89,16 +79,16 @@ def test_priority_is_round_10_times_headroom(load: float, score: int) -> None:
 def test_slots_of_a_name_list_are_kept_until_a_node_gets_or_loses_a_slot() -> None:
     columns = NodeColumns()
     for name in ("a", "b", "c"):
-        columns.put(name, node())
+        columns.put(name, make_account(1000, cpus=8))
     names = NameList.read(b'["c","a","x"]')
     assert names is not None
     first = columns.slots(names)
     assert first.tolist() == [3, 1, 0]  # slot 0: a node the extender does not know
     assert not first.flags.writeable
-    columns.put("a", node(used=500))  # a changed account keeps every slot
+    columns.put("a", make_account(1000, used=500, cpus=8))  # a changed account keeps every slot
     assert columns.slots(names) is first
     assert columns.slots(["c", "a", "x"]) is not first  # only an immutable NameList is kept
-    columns.put("x", node())
+    columns.put("x", make_account(1000, cpus=8))
     assert columns.slots(names).tolist() == [3, 1, 4]
     columns.drop("c")
     assert columns.slots(names).tolist() == [0, 1, 4]
@@ -107,14 +97,14 @@ def test_slots_of_a_name_list_are_kept_until_a_node_gets_or_loses_a_slot() -> No
 def test_slots_are_kept_with_each_name_list_so_several_lists_interleave() -> None:
     columns = NodeColumns()
     for name in ("a", "b", "c"):
-        columns.put(name, node())
+        columns.put(name, make_account(1000, cpus=8))
     lists = [NameList.read(json) for json in (b'["a","b"]', b'["b","c"]', b'["c","a"]')]
     assert all(names is not None for names in lists)
     first = [columns.slots(names) for names in lists if names is not None]
     assert [columns.slots(names) for names in lists if names is not None] == first  # the same arrays
     assert all(columns.slots(n) is f for n, f in zip(lists, first, strict=True) if n is not None)
     other = NodeColumns()  # another table's slots are its own
-    other.put("c", node())
+    other.put("c", make_account(1000, cpus=8))
     assert lists[1] is not None
     assert other.slots(lists[1]).tolist() == [0, 1]
     assert columns.slots(lists[1]).tolist() == [2, 3]

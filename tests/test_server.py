@@ -17,7 +17,7 @@ from extender.config import build_config
 from extender.decision import Reasons
 from extender.metrics import Metrics
 from extender.server import NOT_SYNCED, Extender, create_app
-from tests.conftest import make_node, make_pod, pod_json
+from tests.conftest import make_extender, make_node, make_pod, make_state, pod_json
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]
 Client = TestClient[web.Request, web.Application]
@@ -59,15 +59,12 @@ def full_args(
 
 @pytest.fixture
 def state() -> ClusterState:
-    s = ClusterState(build_config(CONFIG, {}, frozenset({"hugepage-extender"})))
-    s.replace(NODES, PODS)
-    return s
+    return make_state(CONFIG, NODES, PODS, exempt=frozenset({"hugepage-extender"}))
 
 
 @pytest.fixture
 def extender(state: ClusterState) -> Extender:
-    config = build_config(CONFIG, {}, frozenset({"hugepage-extender"}))
-    return Extender(config, state, Metrics(), rng=random.Random(1))
+    return make_extender(state)
 
 
 @pytest.fixture

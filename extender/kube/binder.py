@@ -20,10 +20,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
-from extender.binding import BindError
+from extender.binding import BindError, BindingArgs
 from extender.objects import Pod
 from extender.quantity import quote
-from extender.wire import BindingArgs
 
 log = logging.getLogger("extender.kube.binder")
 

@@ -21,9 +21,10 @@ from typing import Any
 
 from kubernetes import client
 
-from extender.cluster import ClusterState, NodeCapacity, PodRecord
+from extender.cluster import ClusterState, PodRecord
 from extender.kube.reflector import Handlers, Reflector, Resource
-from extender.nodeagent.record import GROUP, PLURAL, VERSION, ReportObject, ReportRecord, report_record
+from extender.nodeinputs import NodeCapacity
+from extender.nodereport import GROUP, PLURAL, VERSION, ReportObject, ReportRecord, report_record
 from extender.objects import Node, Pod
 from extender.quantity import QuantityError
 

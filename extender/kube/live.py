@@ -1,9 +1,11 @@
-"""One read of the live cluster for ``explain`` and ``kubectl hugepages``: a pod, the nodes, the bound pods.
+"""One read of the live cluster for ``explain`` and ``kubectl hugepages``: a pod, the nodes, the bound
+pods and the node agents' ``HugepageNodeReport``s.
 
-Decoded straight into the extender's own structs (``extender.objects``), as the
-watch does, so explain counts exactly what the extender counts. Read-only:
-get pods and list nodes and pods, what a namespace viewer with node read access
-has (``kubectl hugepages`` runs as the user).
+Decoded straight into the extender's own structs (``extender.objects``, the records left
+raw as the watch leaves them), so explain counts exactly what the extender counts.
+Read-only: get pods and list nodes, pods and node reports, what a namespace viewer with
+node read access has (``kubectl hugepages`` runs as the user); without the reports' CRD,
+or the right to list them, the nodes are counted from pod requests and the reading says so.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from extender.errors import ExtenderError
 from extender.kube.client import api_client
+from extender.nodereport import GROUP, PLURAL, VERSION, ReportObject
 from extender.objects import Node, Pod
 
 # Bound, non-terminal pods: what holds pages (the same filter as the extender's watch, plus bound).
@@ -29,6 +32,10 @@ T = TypeVar("T")
 
 class LiveReadError(ExtenderError):
     """The API could not be read (not found, forbidden, unreachable); the message says which call."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the API's HTTP status, None when it did not answer
 
 
 class _ListMeta(msgspec.Struct, rename="camel"):
@@ -69,6 +76,8 @@ class LiveCluster:
     nodes: list[Node]
     pods: list[Pod]  # bound and not terminal
     labels: dict[str, dict[str, str]]  # node -> its labels
+    reports: list[tuple[str, bytes | None]]  # HugepageNodeReport name, its report as JSON
+    reports_missing: str = ""  # why no record could be read ("" when they were listed)
 
     def matching(self, selector: dict[str, str]) -> list[str]:
         """Nodes whose labels hold every key=value of ``selector`` (as spec.nodeSelector selects), by name."""
@@ -81,7 +90,7 @@ def _call(what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> byt
         response = call(*args, _preload_content=False, _request_timeout=30, **kwargs)
     except ApiException as error:
         reason = error.reason or ""
-        raise LiveReadError(f"{what}: {error.status} {reason}".rstrip()) from None
+        raise LiveReadError(f"{what}: {error.status} {reason}".rstrip(), error.status) from None
     except Exception as error:  # connection refused, TLS, DNS: the client's own exceptions vary
         # urllib3's MaxRetryError carries the cause in .reason
         raise LiveReadError(f"{what}: {getattr(error, 'reason', None) or error}") from None
@@ -122,7 +131,23 @@ def read_cluster(api: client.ApiClient) -> LiveCluster:
         for n, labeled in zip(nodes, _items(node_pages, _Labeled), strict=True)
     }
     pod_pages = _list_pages("list pods", core.list_pod_for_all_namespaces, field_selector=BOUND_ACTIVE_PODS)
-    return LiveCluster(nodes, _items(pod_pages, Pod), labels)
+    reports, missing = _read_reports(api)
+    return LiveCluster(nodes, _items(pod_pages, Pod), labels, reports, missing)
+
+
+def _read_reports(api: client.ApiClient) -> tuple[list[tuple[str, bytes | None]], str]:
+    """The node agents' records, as the extender's third reflector lists them; none, and why,
+    where their CRD is not installed (404) or the user may not list them (403)."""
+    custom = client.CustomObjectsApi(api)
+    try:
+        pages = _list_pages(
+            f"list {PLURAL}", custom.list_cluster_custom_object, group=GROUP, version=VERSION, plural=PLURAL
+        )
+    except LiveReadError as error:
+        if error.status in (403, 404):
+            return [], str(error)
+        raise
+    return [(r.metadata.name, r.report_bytes) for r in _items(pages, ReportObject)], ""
 
 
 URL_ANNOTATION = "hugepage-extender.io/url"

@@ -32,7 +32,6 @@ _PAGE_DIR = re.compile(r"^hugepages-(?P<kb>[0-9]+)kB$")
 _NODE_DIR = re.compile(r"^node(?P<n>[0-9]+)$")
 _SIZE = re.compile(r"^(?P<n>[0-9]+)(?P<unit>[KMGT]?)B?$", re.IGNORECASE)
 _UNITS = {"": 1, "K": KiB, "M": KiB**2, "G": KiB**3, "T": KiB**4}
-MAX_PAGES = 1 << 40  # more pages than any machine has: a counter above it is not a counter
 
 
 class CounterError(ValueError):

@@ -22,7 +22,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from extender.kube.backoff import Backoff
-from extender.nodeagent.record import GROUP, PLURAL, VERSION, NodeRecord
+from extender.nodeagent.record import NodeRecord
+from extender.nodereport import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("extender.nodeagent")
 

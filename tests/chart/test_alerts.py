@@ -6,7 +6,7 @@
 - every alert has a runbook section, every metric a rule reads is exported (or is one
   the node agent's reports add, listed below).
 
-The same rules fire on a real extender's metrics in tests/cluster/test_alerts_live.py.
+The same rules fire on a real extender's metrics in e2e/cluster/test_alerts_live.py.
 """
 
 from __future__ import annotations

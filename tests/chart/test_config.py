@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import msgspec
 import pytest
 import yaml
 
 from extender.cli import build_parser
 from extender.config import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_RESOURCE, Config, build_config
-from extender.policy import Mode, Policy, Widening
+from extender.policy import POLICY_FIELDS, POLICY_KEYS, Mode, Policy, Widening, field_type
+from tests.conftest import other_value
 
 from .chartlib import CHART, CI_VALUES, Helm, Rendered
 from .test_render import effective, is_bind
@@ -31,13 +33,7 @@ def rendered_config(rendered: Rendered) -> Config:
     return build_config(document, environ={})
 
 
-def camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-def snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+FIELD_OF_KEY = {key: name for name, key in POLICY_KEYS.items()}
 
 
 def test_chart_defaults_are_the_extenders_defaults(helm: Helm) -> None:
@@ -59,7 +55,7 @@ def test_every_scenario_config_loads(helm: Helm, values: Path) -> None:
         policy = config.policy_for(namespace)
         for key, value in fields.items():
             # Mode and Widening are StrEnums, so they equal their YAML spelling.
-            assert getattr(policy, snake(key)) == value, f"{namespace}.{key}"
+            assert getattr(policy, FIELD_OF_KEY[key]) == value, f"{namespace}.{key}"
 
 
 def test_one_value_flips_one_namespace_to_enforce(helm: Helm) -> None:
@@ -108,17 +104,40 @@ def test_namespaces_scenario(helm: Helm) -> None:
     assert config.policy_for("elsewhere").mode is Mode.SHADOW
 
 
-def test_schema_policy_keys_and_enums_match_the_extender() -> None:
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number"}
+
+
+def test_schema_policy_keys_types_and_bounds_are_the_extenders() -> None:
+    """Field by field over ``Policy``: the schema's key, type, enum and bound are the extender's."""
     schema = json.loads((CHART / "values.schema.json").read_text())
     config = schema["properties"]["config"]["properties"]
     (namespace_policy,) = config["namespaces"]["patternProperties"].values()
     assert config["namespaces"]["additionalProperties"] is False
     for policy in (config["defaults"], namespace_policy):
-        assert set(policy["properties"]) == {camel(f.name) for f in dataclasses.fields(Policy)}
-        assert policy["properties"]["mode"]["enum"] == [m.value for m in Mode]
-        assert policy["properties"]["widening"]["enum"] == [w.value for w in Widening]
+        assert set(policy["properties"]) == set(POLICY_KEYS.values())
         assert policy["additionalProperties"] is False
+        for f in POLICY_FIELDS:
+            entry = policy["properties"][POLICY_KEYS[f.name]]
+            kind = field_type(f.name)
+            if kind in _JSON_TYPES:
+                assert entry["type"] == _JSON_TYPES[kind], f.name
+            else:
+                members = [member.value for member in cast("type[StrEnum]", kind)]
+                assert (entry["type"], entry["enum"]) == ("string", members), f.name
+            bounds = {bound: entry[bound] for bound in ("minimum", "exclusiveMinimum") if bound in entry}
+            assert bounds == dict(f.metadata), f.name
     assert set(config) == {"resourceName", "maxRequestBytes", "defaults", "namespaces"}
+
+
+@pytest.mark.parametrize("name", [f.name for f in POLICY_FIELDS])
+def test_each_knob_set_through_the_chart_reaches_the_extender(helm: Helm, name: str) -> None:
+    value = json.loads(msgspec.json.encode(other_value(name)))
+    key = POLICY_KEYS[name]
+    rendered = helm.template(
+        extra=["--set-json", f"config.namespaces.roundtrip.{key}={json.dumps(value)}"],
+    )
+    config = rendered_config(rendered)
+    assert config.policy_for("roundtrip") == dataclasses.replace(Policy(), **{name: other_value(name)})
 
 
 def extender_args(rendered: Rendered) -> list[str]:

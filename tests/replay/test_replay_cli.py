@@ -1,4 +1,4 @@
-"""The ``replay`` subcommand through argparse, as extender/cli.py will register it."""
+"""The ``replay`` command through argparse, as ``python -m replay`` runs it."""
 
 from __future__ import annotations
 
@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from extender.replay import add_parser
-from extender.replay.__main__ import main as replay_main
-from extender.replay.cli import command_line, settings_from_args
-from extender.replay.model import Blind, Ladder, Trace
+from extender.cli import main as cli_main
+from replay import add_parser
+from replay.__main__ import main as replay_main
+from replay.cli import command_line, settings_from_args
+from replay.model import Blind, Ladder, Trace
+from tests.conftest import ROOT
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="hugepage-extender")
+    top = argparse.ArgumentParser(prog="python -m")
     add_parser(top.add_subparsers(dest="command", required=True))
     return top
 
@@ -36,7 +38,7 @@ def test_quick_runs_the_whole_matrix_and_writes_the_report(tmp_path: Path, capsy
     assert f"wrote {tmp_path / 'report.md'}" in captured.out
     assert "quick replay [" in captured.err  # the progress bar
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["command"] == "hugepage-extender replay --quick --seed 3"
+    assert summary["command"] == "python -m replay --quick --seed 3"
     assert len(summary["variants"]) == 24
     assert summary["scale"]["node_count"] == 5000
 
@@ -50,7 +52,7 @@ def test_options_shape_the_settings(tmp_path: Path) -> None:
     assert settings.blind is Blind.RANDOM
     assert settings.scale is None
     assert command_line(args) == (
-        "hugepage-extender replay --quick --seed 1 --step-seconds 30.0 --variants off,enforce:k1"
+        "python -m replay --quick --seed 1 --step-seconds 30.0 --variants off,enforce:k1"
         " --scale-nodes 0 --ladder 5,50 --blind random"
     )
 
@@ -100,10 +102,20 @@ def test_python_dash_m_runs_the_same_subcommand(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "summary.json").read_text())["variants"][0]["name"] == "off"
 
 
-def test_registering_the_subcommand_does_not_load_matplotlib() -> None:
-    # extender/cli.py imports the package for `serve` too; plots load only for a report.
-    probe = "import sys, extender.replay; sys.exit('matplotlib' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
+def test_the_replay_loads_matplotlib_only_for_a_report() -> None:
+    probe = "import sys, replay; sys.exit('matplotlib' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], check=False, cwd=ROOT).returncode == 0
+
+
+def test_the_extender_never_loads_the_replay() -> None:
+    """The replay left the package the image ships: `serve` and the CLI import neither it nor matplotlib."""
+    probe = "import sys, extender.cli; sys.exit(any(m in sys.modules for m in ('replay', 'matplotlib')))"
+    assert subprocess.run([sys.executable, "-c", probe], check=False, cwd=ROOT).returncode == 0
+
+
+def test_the_old_command_says_where_the_replay_went(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["replay", "--quick", "--seed", "3"]) == 2
+    assert "run `python -m replay --quick --seed 3` in the source tree" in capsys.readouterr().err
 
 
 def test_matplotlib_is_only_the_replay_extra() -> None:

@@ -9,10 +9,10 @@ import dataclasses
 
 import pytest
 
-from extender.replay.model import Scenario, parse_variant
-from extender.replay.scenario import quick_scenario
-from extender.replay.simulate import VariantRun, run_variant
-from extender.replay.tally import merge
+from replay.model import Scenario, parse_variant
+from replay.scenario import quick_scenario
+from replay.simulate import VariantRun, run_variant
+from replay.tally import merge
 
 SEED = 7
 # Binds as slow as in a burst (the mean `python -m benchmarks hold` measured for 300 pods

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from extender.policy import Mode, Widening
-from extender.replay.model import GIB, InFlight, Ladder, ReplayError, Variant, parse_variant
-from extender.replay.run import default_groups
-from extender.replay.scenario import load_scenario, load_trace, quick_scenario, vm_mix
+from replay.model import GIB, InFlight, Ladder, ReplayError, Variant, parse_variant
+from replay.run import default_groups
+from replay.scenario import load_scenario, load_trace, quick_scenario, vm_mix
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from extender.replay.model import ReplaySettings, ScaleSettings, VariantGroup, parse_variant
-from extender.replay.report import REPORT_FILE, SUMMARY_FILE, table
-from extender.replay.run import quick_settings, run_replay
-from extender.replay.summary import Summary
+from replay.model import ReplaySettings, ScaleSettings, VariantGroup, parse_variant
+from replay.report import REPORT_FILE, SUMMARY_FILE, table
+from replay.run import quick_settings, run_replay
+from replay.summary import Summary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

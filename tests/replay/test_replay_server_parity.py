@@ -12,12 +12,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from extender.binding import BindingArgs
 from extender.cluster import ClusterState
 from extender.metrics import Metrics
-from extender.replay.model import GIB, Blind, InFlight, NodeGroup, Scenario, Trace, parse_variant
-from extender.replay.simulate import PodPlan, Replay, build_nodes, node_object, pod_object
 from extender.server import Extender, create_app
-from extender.wire import BindingArgs
+from replay.model import GIB, Blind, InFlight, NodeGroup, Scenario, Trace, parse_variant
+from replay.simulate import PodPlan, Replay, build_nodes, node_object, pod_object
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]
 Client = TestClient[web.Request, web.Application]
@@ -69,7 +69,7 @@ async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client
         demand = replay.state.demand_of(pod)
         names = replay.node_names
 
-        decision, _ = replay.verbs.filter(plan.uid, plan.namespace, demand, names)
+        decision = replay.verbs.filter(plan.uid, plan.namespace, demand, names).decision
         answer = await post(client, "filter", {"Pod": msgspec.to_builtins(pod), "NodeNames": names})
         assert decision.passed == answer["NodeNames"]
         assert replay.state.holds() == server_state.holds()

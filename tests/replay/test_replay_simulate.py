@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from extender.cluster import ClusterState
-from extender.decision import HOLD_LIMIT
+from extender.holds import HOLD_LIMIT
 from extender.policy import Mode
-from extender.replay.model import (
+from replay.model import (
     GIB,
     PAGE_SIZE_BYTES,
     Arrival,
@@ -16,7 +16,7 @@ from extender.replay.model import (
     Variant,
     parse_variant,
 )
-from extender.replay.simulate import (
+from replay.simulate import (
     NodeSpec,
     PodPlan,
     TrueNodes,
@@ -25,7 +25,7 @@ from extender.replay.simulate import (
     pod_object,
     run_variant,
 )
-from extender.replay.tally import merge
+from replay.tally import merge
 
 PAGES_PER_GIB = GIB // PAGE_SIZE_BYTES
 

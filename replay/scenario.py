@@ -27,7 +27,7 @@ import msgspec
 import yaml
 
 from extender.quantity import QuantityError, RawQuantity, to_millis, to_units
-from extender.replay.model import (
+from replay.model import (
     GIB,
     Arrival,
     Ladder,

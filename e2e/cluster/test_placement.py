@@ -14,11 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import msgspec
 import pytest
 
-from e2e.controlplane import wait_until
-from extender.decision import Outcome
-from extender.kube.events import REASON_NO_CAPACITY, REASON_NO_COMPATIBLE, event_for
-from extender.wire import SMALL_CANDIDATE_LIST
-from tests.cluster.placement_support import (
+from e2e.cluster.placement_support import (
     EXTENDER_REASON_EXCEEDS_POOL,
     EXTENDER_REASON_INSUFFICIENT,
     RESOURCE,
@@ -30,6 +26,10 @@ from tests.cluster.placement_support import (
     wait_extender_in_step,
     wait_for_event,
 )
+from e2e.controlplane import wait_until
+from extender.decision import Outcome
+from extender.kube.events import REASON_NO_CAPACITY, REASON_NO_COMPATIBLE, event_for
+from extender.wire import SMALL_CANDIDATE_LIST
 
 pytestmark = pytest.mark.cluster
 
@@ -139,7 +139,7 @@ def test_vm_pods_sized_by_memory_are_kept_off_a_pool_they_would_overflow(cell: C
 def test_full_pools_leave_pods_pending_with_the_extenders_reason_and_event(cell: Cell) -> None:
     # Both pools are used up by running VMs whose guest RAM is hugepages (memory-only requests):
     # kube-scheduler alone sees them empty. (Pools held outside pods are another, unresolvable,
-    # matter: tests/cluster/test_node_agent.py.)
+    # matter: e2e/cluster/test_node_agent.py.)
     pooled = {"e2e.hugepage-extender.io/pool": "yes"}
     full = [cell.node(f"full-{i}", labels=pooled) for i in range(2)]
     no_pool = cell.node("no-pool", hugepages="0")

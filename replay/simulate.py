@@ -26,14 +26,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from extender.capacity import NO_POOL_ACCOUNT, fits, hugepages_for
-from extender.cluster import RESERVED_ANNOTATION_PREFIX, ClusterState
+from extender.capacity import UNKNOWN_ACCOUNT, fits, hugepages_for
+from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import Reasons
+from extender.nodeinputs import RESERVED_ANNOTATION_PREFIX
 from extender.objects import Container, Node, NodeStatus, ObjectMeta, Pod, PodSpec, PodStatus, ResourceRequirements
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
-from extender.replay.model import (
+from extender.scoring import cpu_load, hugepage_load
+from extender.verbs import ExtenderVerbs
+from replay.model import (
     PAGE_SIZE_BYTES,
     RESOURCE_NAME,
     Blind,
@@ -45,9 +48,7 @@ from extender.replay.model import (
     Trace,
     Variant,
 )
-from extender.replay.tally import OutcomeTally, StepTally, coefficient_of_variation
-from extender.scoring import cpu_load, hugepage_load
-from extender.verbs import ExtenderVerbs
+from replay.tally import OutcomeTally, StepTally, coefficient_of_variation
 
 # New clients of a ladder step start spread over this many seconds: a burst,
 # as when a batch run raises its concurrency, but not all in one instant.
@@ -402,7 +403,7 @@ class Replay:
 
         policy = self.config.policy_for(plan.namespace)
         started = time.perf_counter()
-        decision, _ = self.verbs.filter(plan.uid, plan.namespace, demand, candidates)
+        decision = self.verbs.filter(plan.uid, plan.namespace, demand, candidates).decision
         passed = decision.passed
         # kube-scheduler calls prioritize only when more than one node is left.
         scores = (
@@ -455,7 +456,7 @@ class Replay:
         # Which term of max(cpuLoad, memLoad) set the chosen node's load, as prioritize
         # scored it (without the pod's own hold): the evidence for whether CPU over-commit
         # ever decides a placement.
-        account = self.state.accounts_without(uid).get(node, NO_POOL_ACCOUNT)
+        account = self.state.accounts_without(uid).get(node, UNKNOWN_ACCOUNT)
         step.picks += 1
         if cpu_load(account, demand, policy.overcommit_ratio) > hugepage_load(account, demand, policy.alpha):
             step.cpu_dominant += 1
@@ -464,7 +465,7 @@ class Replay:
         """Would shadow have rejected the chosen node? The same ``fits`` its counter uses."""
         if policy.mode is not Mode.SHADOW:
             return None
-        return not fits(self.state.accounts.get(node, NO_POOL_ACCOUNT), demand.hugepage_bytes).admits
+        return not fits(self.state.accounts.get(node, UNKNOWN_ACCOUNT), demand.hugepage_bytes).admits
 
     def land(self, flight: Flight) -> None:
         """The node admits the pod if its real pool holds it now; the extender hears either way."""

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from extender.replay.summary import Summary, VariantSummary
+from replay.summary import Summary, VariantSummary
 
 DPI = 90
 

@@ -16,13 +16,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from e2e.controlplane import ControlPlane, Service, free_port, wait_until, write_kubeconfig
-from extender.verbs import UNVERIFIED_HOLD_SECONDS
-from tests.cluster.placement_support import (
+from e2e.cluster.placement_support import (
     Cell,
     metric_value,
     write_extender_config,
 )
+from e2e.controlplane import ControlPlane, Service, free_port, wait_until, write_kubeconfig
+from extender.verbs import UNVERIFIED_HOLD_SECONDS
 
 pytestmark = pytest.mark.cluster
 

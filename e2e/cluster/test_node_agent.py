@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import subprocess
@@ -29,14 +28,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import ConflictError
 
-from e2e.controlplane import ControlPlane, ManagedProcess, node_manifest, wait_until
-from extender.kube.events import REASON_NO_COMPATIBLE
-from extender.nodeagent.counters import KernelPool, PodPages, Source, size_report
-from extender.nodeagent.publish import ApiPublisher
-from extender.nodeagent.record import GROUP, PLURAL, VERSION, NodeRecord
-from tests.cluster.placement_support import (
+from e2e.cluster.placement_support import (
     EXTENDER_REASON_INSUFFICIENT,
     RESOURCE,
     Cell,
@@ -44,12 +37,17 @@ from tests.cluster.placement_support import (
     metric_value,
     wait_for_event,
 )
+from e2e.controlplane import ControlPlane, ManagedProcess, node_manifest, wait_until
+from extender.kube.events import REASON_NO_COMPATIBLE
+from extender.nodeagent.counters import KernelPool, PodPages, Source, size_report
+from extender.nodeagent.publish import ApiPublisher
+from extender.nodeagent.record import NodeRecord
+from extender.nodereport import GROUP, PLURAL, VERSION
 
 pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "hugepage-extender"
-CRD = CHART / "crds" / "hugepagenodereports.yaml"
 MiB = 1 << 20
 PAGE = 2 * MiB
 HELD_OUTSIDE = f"Pod's {RESOURCE} request exceeds what pages held outside pods leave of the pool"
@@ -58,25 +56,6 @@ NODE_CLAIM = "authentication.kubernetes.io/node-name"
 
 
 # --------------------------------------------------------------------------- the chart's objects
-
-
-@pytest.fixture(scope="session")
-def report_crd(control_plane: ControlPlane) -> None:
-    """The chart's CRD, once per session, established."""
-    api = client.ApiextensionsV1Api(control_plane.api_client)
-    body = yaml.safe_load(CRD.read_text())
-    crds = DynamicClient(control_plane.api_client).resources.get(  # type: ignore[no-untyped-call]
-        api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition"
-    )
-    with contextlib.suppress(ConflictError):  # another module's tests made it
-        crds.create(body=body)
-
-    def established() -> bool:
-        crd = api.read_custom_resource_definition(body["metadata"]["name"])
-        conditions = (crd.status.conditions if crd.status else None) or []
-        return any(c.type == "Established" and c.status == "True" for c in conditions)
-
-    wait_until("the HugepageNodeReport CRD to be established", established, timeout=180)
 
 
 def helm_template(plane: ControlPlane, release: str, namespace: str, *show_only: str) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""``hugepage-extender replay``: the argparse subcommand over ``run_replay``."""
+"""``python -m replay``: the argparse command over ``run_replay``."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from extender.replay.model import Blind, Ladder, ReplayError, ReplaySettings, ScaleSettings, VariantGroup, parse_variant
-from extender.replay.report import REPORT_FILE
-from extender.replay.run import full_settings, quick_settings, run_replay
-from extender.replay.scenario import load_scenario, load_trace
+from replay.model import Blind, Ladder, ReplayError, ReplaySettings, ScaleSettings, VariantGroup, parse_variant
+from replay.report import REPORT_FILE
+from replay.run import full_settings, quick_settings, run_replay
+from replay.scenario import load_scenario, load_trace
 
 DEFAULT_OUT = Path("replay-out")
 
@@ -93,7 +93,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def command_line(args: argparse.Namespace) -> str:
     """The options that decide the results, as a command (``--out`` and ``--no-progress`` do not)."""
-    words = ["hugepage-extender", "replay"]
+    words = ["python", "-m", "replay"]
     if args.quick:
         words.append("--quick")
     words += ["--seed", str(args.seed)]
@@ -149,7 +149,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         summary = run_replay(settings, out=args.out, progress_stream=None if args.no_progress else sys.stderr)
     except ReplayError as error:
-        print(f"hugepage-extender replay: {error}", file=sys.stderr)
+        print(f"python -m replay: {error}", file=sys.stderr)
         return 2
     print(f"wrote {args.out / REPORT_FILE} ({len(summary.variants)} variants, {summary.timing.wall_seconds:.0f} s)")
     return 0

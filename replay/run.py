@@ -7,13 +7,13 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from extender.replay.model import ReplaySettings, ScaleSettings, VariantGroup, parse_variant
-from extender.replay.progress import Progress
-from extender.replay.report import write_report
-from extender.replay.scale import measure_widening_cost
-from extender.replay.scenario import full_scenario, quick_scenario
-from extender.replay.simulate import run_variant, step_count
-from extender.replay.summary import MachineTiming, Summary, summarise
+from replay.model import ReplaySettings, ScaleSettings, VariantGroup, parse_variant
+from replay.progress import Progress
+from replay.report import write_report
+from replay.scale import measure_widening_cost
+from replay.scenario import full_scenario, quick_scenario
+from replay.simulate import run_variant, step_count
+from replay.summary import MachineTiming, Summary, summarise
 
 # server.py without the bind verb: best-of-K, the filter holding the need on every node it admits.
 SERVER_AS_IS = "enforce:fullscan:k3"

@@ -8,11 +8,14 @@ operator runs: ``hugepage-extender explain --kubeconfig`` and ``kubectl-hugepage
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import ssl
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,20 +25,27 @@ import msgspec
 import pytest
 from kubernetes import client
 
+from e2e.cluster.placement_support import (
+    EXTENDER_REASON_INSUFFICIENT,
+    RESOURCE,
+    Cell,
+    bound_active_pods,
+    bound_pod,
+    placement_scheduler_config,
+    wait_for_event,
+    write_extender_config,
+)
 from e2e.controlplane import (
     ManagedProcess,
     free_port,
     http_get,
     issue_client_certificate,
+    pod_manifest,
     wait_until,
 )
-from tests.cluster.placement_support import (
-    EXTENDER_REASON_INSUFFICIENT,
-    Cell,
-    placement_scheduler_config,
-    wait_for_event,
-    write_extender_config,
-)
+from extender.nodereport import GROUP, PLURAL, VERSION
+from extender.remote import RemoteExtender
+from tests.verdicts import of_explanation, of_filter_answer
 
 pytestmark = pytest.mark.cluster
 BIN = Path(sys.executable).parent
@@ -68,13 +78,18 @@ class TLSExtender:
 
 @pytest.fixture
 def tls_extender(cell: Cell) -> Iterator[TLSExtender]:
+    # Holds last long enough for the test to look at them.
+    with started_tls_extender(
+        cell, {"namespaces": {cell.namespace: {"mode": "enforce", "holdTimeoutSeconds": 300}}}
+    ) as (extender):
+        yield extender
+
+
+@contextlib.contextmanager
+def started_tls_extender(cell: Cell, document: Mapping[str, Any]) -> Iterator[TLSExtender]:
     plane = cell.plane
     certs = plane.certificates
-    config = write_extender_config(
-        cell.tmp_path,
-        # Holds last long enough for the test to look at them.
-        {"namespaces": {cell.namespace: {"mode": "enforce", "holdTimeoutSeconds": 300}}},
-    )
+    config = write_extender_config(cell.tmp_path, document)
     port, probe = free_port(), free_port()
     argv = [
         str(BIN / "hugepage-extender"),
@@ -290,3 +305,126 @@ def test_the_state_endpoint_needs_the_verbs_client_certificate(cell: Cell, tls_e
     )
     assert done.returncode == 1
     assert done.stderr.startswith(f"error: {tls_extender.url}:"), done.stderr
+
+
+# --------------------------------------------------------------------------- explain says what the filter does
+
+
+def report(node: str, *, age: float, outside: int, numa_free: tuple[int, ...] = ()) -> dict[str, Any]:
+    """A HugepageNodeReport as a node agent writes it, for a 1Gi pool (512 pages)."""
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - age))
+    numa = {
+        str(n): {"totalPages": 256, "freePages": free, "reservedPages": None, "surplusPages": 0,
+                 "podPages": None, "outsidePages": None}
+        for n, free in enumerate(numa_free)
+    }  # fmt: skip
+    size = {"totalPages": 512, "freePages": 512 - outside, "reservedPages": 0, "surplusPages": 0,
+            "podPages": 0, "outsidePages": outside, "numa": numa}  # fmt: skip
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "HugepageNodeReport",
+        "metadata": {"name": node},
+        "report": {"observedAt": at, "source": "cgroup-v2", "pageSizes": {RESOURCE: size}},
+    }
+
+
+def guaranteed_pod(cell: Cell, namespace: str, name: str, hugepages: str) -> None:
+    """A Guaranteed pod (cpu and memory limits equal to requests) no scheduler takes."""
+    manifest = pod_manifest(name, scheduler_name="nobody", hugepages_2mi=hugepages, cpu="1", memory="1Gi")
+    manifest["spec"]["nodeSelector"] = cell.selector
+    resources = manifest["spec"]["containers"][0]["resources"]
+    resources["limits"] = dict(resources["requests"])
+    cell.core.create_namespaced_pod(namespace, client.V1Pod.model_validate(manifest))
+
+
+def filter_one_node(extender: TLSExtender, pod: Mapping[str, Any], node: str) -> Any:
+    """The filter's answer for ``pod`` on ``node`` alone, as kube-scheduler asks it (mutual TLS)."""
+    context = ssl.create_default_context(cafile=str(extender.ca))
+    context.load_cert_chain(*extender.client)
+    request = urllib.request.Request(
+        f"{extender.url}/filter",
+        data=msgspec.json.encode({"Pod": pod, "NodeNames": [node]}),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+        return msgspec.json.decode(answer.read())
+
+
+def test_kubectl_explain_gives_the_filters_verdict_on_every_node(cell: Cell, report_crd: None) -> None:
+    """For every pod and node: ``kubectl hugepages explain`` (the API read by the plugin, the node
+    agents' records, the extender's holds and policy) says what the extender's filter answers.
+    The cases the live path used to miss: the NUMA rule for Guaranteed pods in a ``numaAligned``
+    namespace, the agents' records, a namespace's own ``nodeReportMaxAgeSeconds``."""
+    plane = cell.plane
+    strict = cell.new_namespace("strict")
+    document = {
+        "namespaces": {
+            cell.namespace: {"mode": "enforce", "holdTimeoutSeconds": 300, "numaAligned": True},
+            strict: {"mode": "enforce", "holdTimeoutSeconds": 300, "nodeReportMaxAgeSeconds": 60},
+        }
+    }
+    nodes = [
+        cell.node("roomy"),
+        cell.node("no-pool", hugepages="0"),
+        cell.node("by-hand", reserved="900Mi"),
+        cell.node("numa"),  # its record: NUMA nodes with 100 and 200 pages free
+        cell.node("reported"),  # its record: 400 pages held outside pods, 120 s old
+        cell.node("busy"),
+    ]
+    custom = client.CustomObjectsApi(plane.api_client)
+    for body in (report(nodes[3], age=10, outside=0, numa_free=(100, 200)), report(nodes[4], age=120, outside=400)):
+        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    pods = {
+        "pinned": (cell.namespace, "500Mi", True),  # 250 pages: no NUMA node of "numa" has them
+        "small-pinned": (cell.namespace, "300Mi", True),  # 150 pages: NUMA node 1 has them
+        "loose": (cell.namespace, "500Mi", False),  # not Guaranteed: no NUMA rule
+        "web": (cell.namespace, "512Mi", False),  # the record counts: held outside pods on "reported"
+        "strict": (strict, "512Mi", False),  # older than this namespace's 60 s: requests only
+        "huge": (strict, "3Gi", False),
+    }
+    for name, (namespace, hugepages, pinned) in pods.items():
+        if pinned:
+            guaranteed_pod(cell, namespace, name, hugepages)
+        else:
+            plane.create_pod(
+                namespace, name, scheduler_name="nobody", hugepages_2mi=hugepages, node_selector=cell.selector
+            )
+    with started_tls_extender(cell, document) as extender:
+        # Bound last: once the extender's cache holds it, its watch has shown the pods above.
+        bound_pod(plane, strict, "tenant", nodes[5], hugepages_2mi="900Mi")
+        remote = RemoteExtender(extender.url, extender.ca, *extender.client)
+
+        def in_step() -> bool:
+            answer = http_get(extender.probe_port, "/metrics")
+            cached = [
+                line for line in (answer[1].decode() if answer else "").splitlines()
+                if line.startswith("hugepage_extender_cached_pods ")
+            ]  # fmt: skip
+            reports = remote.state(cell.namespace).node_reports or {}
+            expected = bound_active_pods(plane)
+            return bool(cached) and float(cached[0].split()[1]) == expected and {nodes[3], nodes[4]} <= set(reports)
+
+        wait_until("the extender's watch to show the pods and the records", in_step, timeout=60)
+        env = {"KUBECONFIG": str(plane.kubeconfig)}
+        compared: set[str] = set()
+        for name, (namespace, _, _) in pods.items():
+            # The plugin first: a filter call holds the pod's need, and the pod's own hold is left out.
+            out = run(
+                "kubectl-hugepages",
+                "explain",
+                f"{namespace}/{name}",
+                "--output",
+                "json",
+                *extender.extender_flags(),
+                env=env,
+            )
+            rows = {row["node"]: row for row in json.loads(out)["nodes"]}
+            assert set(rows) == set(nodes), out
+            pod = msgspec.json.decode(
+                plane.core.read_namespaced_pod(name, namespace, _preload_content=False).data  # type: ignore[attr-defined]
+            )
+            for node, row in rows.items():
+                said = of_filter_answer(filter_one_node(extender, pod, node), node)
+                assert of_explanation(row, RESOURCE) == said, (name, node, row)
+                compared.add(row["verdict"])
+    assert {"fits", "insufficient", "no NUMA node fits", "no pool", "exceeds pool", "held outside pods"} <= compared

@@ -7,6 +7,7 @@
   ``hugepage-extender serve`` on a free port; stopped after the test.
 - ``namespace`` (function): a fresh namespace (namespaces are never deleted: no controller-manager).
 - ``test_label`` (function): a label (key, value) unique to the test, to fence its nodes off.
+- ``report_crd`` (session): the chart's HugepageNodeReport CRD, established.
 
 Every test here carries the ``cluster`` marker. When the binaries are missing and cannot be
 built, the tests are skipped with the reason, or fail when ``CI=true``. A failing test's
@@ -15,6 +16,7 @@ report carries the tail of every component's log.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -24,17 +26,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ConflictError
 
+from e2e.cluster.placement_support import Cell
 from e2e.controlplane import (
     BinariesUnavailable,
     ControlPlane,
     Scheduler,
     Service,
     find_binaries,
+    wait_until,
 )
-from tests.cluster.placement_support import Cell
 
 HERE = Path(__file__).resolve().parent
+REPORT_CRD = HERE.parents[1] / "charts" / "hugepage-extender" / "crds" / "hugepagenodereports.yaml"
 _TIMINGS: list[tuple[str, dict[str, float]]] = []
 
 StartScheduler = Callable[..., Scheduler]
@@ -185,3 +193,22 @@ def cell(  # noqa: PLR0917 (fixtures come as arguments)
 ) -> Cell:
     """One test's cluster: its namespace, labelled fake nodes, extenders and schedulers."""
     return Cell(control_plane, namespace, test_label, tmp_path, start_extender, start_scheduler)
+
+
+@pytest.fixture(scope="session")
+def report_crd(control_plane: ControlPlane) -> None:
+    """The chart's CRD, once per session, established."""
+    api = client.ApiextensionsV1Api(control_plane.api_client)
+    body = yaml.safe_load(REPORT_CRD.read_text())
+    crds = DynamicClient(control_plane.api_client).resources.get(  # type: ignore[no-untyped-call]
+        api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition"
+    )
+    with contextlib.suppress(ConflictError):  # another module's tests made it
+        crds.create(body=body)
+
+    def established() -> bool:
+        crd = api.read_custom_resource_definition(body["metadata"]["name"])
+        conditions = (crd.status.conditions if crd.status else None) or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    wait_until("the HugepageNodeReport CRD to be established", established, timeout=180)

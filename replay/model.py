@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from extender.config import Config
 from extender.errors import ExtenderError
-from extender.policy import Mode, Placement, Policy, Widening
+from extender.policy import Mode, Policy, PolicyTable, Widening
 
 RESOURCE_NAME = "hugepages-2Mi"
 PAGE_SIZE_BYTES = 2 * 1024 * 1024
@@ -89,10 +89,10 @@ class Variant:
             need_from_memory=True,
         )
         if self.namespace is None:
-            placement = Placement(defaults=policy)
+            placement = PolicyTable(defaults=policy)
         else:
             off = Policy(mode=Mode.OFF, need_from_memory=True, hold_timeout_seconds=hold_timeout_seconds)
-            placement = Placement(defaults=off, namespaces={self.namespace: policy})
+            placement = PolicyTable(defaults=off, namespaces={self.namespace: policy})
         return Config(resource_name=RESOURCE_NAME, page_size_bytes=PAGE_SIZE_BYTES, placement=placement)
 
 

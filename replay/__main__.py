@@ -1,16 +1,16 @@
-"""``python -m extender.replay [options]``: the replay before (or without) the main CLI."""
+"""``python -m replay [options]``, from the source tree: the replay is a tool for choosing the
+defaults (docs/decisions/), not part of the extender that runs in production."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from extender.replay.cli import add_parser
+from replay.cli import add_parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Named as the command it becomes once extender/cli.py registers it.
-    parser = argparse.ArgumentParser(prog="hugepage-extender")
+    parser = argparse.ArgumentParser(prog="python -m")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["replay", *(sys.argv[1:] if argv is None else argv)])
     return int(args.run(args))

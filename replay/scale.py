@@ -17,11 +17,11 @@ from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import FilterDecision
 from extender.podrequest import PodDemand
-from extender.policy import Mode, Placement, Policy, Widening
-from extender.replay.model import GIB, PAGE_SIZE_BYTES, RESOURCE_NAME, ScaleSettings
-from extender.replay.simulate import NodeSpec, node_object
-from extender.replay.tally import percentile
+from extender.policy import Mode, Policy, PolicyTable, Widening
 from extender.verbs import ExtenderVerbs
+from replay.model import GIB, PAGE_SIZE_BYTES, RESOURCE_NAME, ScaleSettings
+from replay.simulate import NodeSpec, node_object
+from replay.tally import percentile
 
 NEED_BYTES = 8 * GIB
 POOL_BYTES = 64 * GIB
@@ -79,10 +79,12 @@ def timed_decision(
     makes, as server.py does), then prioritize if several nodes pass. The hold is released
     afterwards, untimed, so every decision sees the same cluster."""
     demand = PodDemand(hugepage_bytes=NEED_BYTES, cpu_millis=1000)
-    config = Config(resource_name=RESOURCE_NAME, page_size_bytes=PAGE_SIZE_BYTES, placement=Placement(defaults=policy))
+    config = Config(
+        resource_name=RESOURCE_NAME, page_size_bytes=PAGE_SIZE_BYTES, placement=PolicyTable(defaults=policy)
+    )
     verbs = ExtenderVerbs(config, state, rng=rng)
     started = time.perf_counter()
-    decision, _ = verbs.filter(PROBE_UID, "scale", demand, names)
+    decision = verbs.filter(PROBE_UID, "scale", demand, names).decision
     if len(decision.passed) > 1:
         verbs.prioritize(PROBE_UID, "scale", demand, decision.passed)
     seconds = time.perf_counter() - started

@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.controlplane import Service
-from e2e.promrules import Expected, PromtoolUnavailable, Scrapes, alert_test, promtool
-from tests.chart.chartlib import CHART, Helm, HelmError, helm_path
-from tests.cluster.placement_support import (
+from e2e.cluster.placement_support import (
     EXTENDER_REASON_HELD_OUTSIDE,
     Cell,
     wait_for_event,
 )
+from e2e.controlplane import Service
+from e2e.promrules import Expected, PromtoolUnavailable, Scrapes, alert_test, promtool
+from tests.chart.chartlib import CHART, Helm, HelmError, helm_path
 
 pytestmark = pytest.mark.cluster
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import msgspec
 
-from extender.replay.model import ReplayError
-from extender.replay.summary import StepSummary, Summary, VariantSummary
+from replay.model import ReplayError
+from replay.summary import StepSummary, Summary, VariantSummary
 
 REPORT_FILE = "report.md"
 SUMMARY_FILE = "summary.json"
@@ -293,7 +293,7 @@ def write_report(summary: Summary, out: Path) -> list[Path]:
     # imports this package through the CLI and neither needs nor installs it
     # (it is the `replay` extra).
     try:
-        from extender.replay import plots  # noqa: PLC0415
+        from replay import plots  # noqa: PLC0415
     except ModuleNotFoundError as error:
         if error.name != "matplotlib":
             raise

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from extender.replay.model import GIB, PAGE_SIZE_BYTES, Ladder, ReplaySettings, Scenario, Variant
-from extender.replay.scale import ScaleRow
-from extender.replay.simulate import VariantRun, build_nodes, step_seconds
-from extender.replay.tally import OutcomeTally, StepTally, mean, merge, percentile, ratio
+from replay.model import GIB, PAGE_SIZE_BYTES, Ladder, ReplaySettings, Scenario, Variant
+from replay.scale import ScaleRow
+from replay.simulate import VariantRun, build_nodes, step_seconds
+from replay.tally import OutcomeTally, StepTally, mean, merge, percentile, ratio
 
 SUMMARY_VERSION = 1
 

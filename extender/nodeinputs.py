@@ -1,0 +1,56 @@
+"""A node's own inputs to its account: the pool and CPU its status reports, and the pages the manual
+annotation (``hugepage-extender.io/reserved-<resource>``) says are held outside pods.
+
+Anyone who may annotate Nodes can write the annotation: it is read defensively, and an
+unreadable or absurd value is ignored, logged and counted, never stopping the state from loading.
+"""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+
+import msgspec
+
+from extender.capacity import hugepages_for
+from extender.nodereport import MAX_POOL_BYTES
+from extender.objects import Node
+from extender.quantity import QuantityError, QuantityTooLarge, ceil_units, parse, quote, to_millis, to_units
+
+log = logging.getLogger("extender.cluster")
+
+RESERVED_ANNOTATION_PREFIX = "hugepage-extender.io/reserved-"
+
+
+# Holds only integers and a short string, so it can form no reference cycle: gc=False keeps
+# thousands of nodes' records out of every garbage collection.
+class NodeCapacity(msgspec.Struct, frozen=True, gc=False):
+    total_pages: int
+    reserved_pages: int  # from the manual annotation
+    cpu_millis: int
+    annotated: bool = False  # the annotation is set (and readable): it overrides the agent's record
+    ignored: str = ""  # why the annotation was not read ("malformed", "absurd"), for the metric
+
+
+def node_capacity(node: Node, resource_name: str, page_size: int) -> NodeCapacity:
+    """A Node as the accounts read it: its pool in pages, the pages the manual annotation holds
+    outside pods, its CPU. An unreadable or absurd annotation is ignored and logged, and says why."""
+    allocatable = node.status.allocatable or {}
+    pool_bytes = to_units(allocatable.get(resource_name, 0))
+    cpu_millis = to_millis(allocatable.get("cpu", 0))
+    reserved_annotation = RESERVED_ANNOTATION_PREFIX + resource_name
+    raw = (node.metadata.annotations or {}).get(reserved_annotation)
+    if raw is None:
+        return NodeCapacity(pool_bytes // page_size, 0, cpu_millis)
+    # Anyone who may annotate Nodes can write here: read it defensively, never
+    # letting "NaN" or "1e999999" (a million-digit integer) near the arithmetic.
+    try:
+        value = parse(raw)
+        if not Decimal(0) <= value <= MAX_POOL_BYTES:
+            raise QuantityTooLarge(f"{quote(raw)} is more than any node holds")
+        reserved_pages = hugepages_for(ceil_units(value), page_size)
+    except (QuantityError, ArithmeticError, ValueError) as error:
+        reason = "absurd" if isinstance(error, QuantityTooLarge) else "malformed"
+        log.warning("node %s: annotation %s ignored (%s)", quote(node.metadata.name), reserved_annotation, error)
+        return NodeCapacity(pool_bytes // page_size, 0, cpu_millis, ignored=reason)
+    return NodeCapacity(pool_bytes // page_size, reserved_pages, cpu_millis, annotated=True)
