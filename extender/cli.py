@@ -339,8 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--bind-timeout-seconds",
         type=float,
-        default=4.0,
-        help="API timeout of a bind; keep it under the scheduler's httpTimeout (default 5 s)",
+        default=1.5,
+        help="API timeout of a bind; keep it under the scheduler's httpTimeout (the chart's 2 s)",
     )
     serve.add_argument(
         "--events",
