@@ -582,13 +582,13 @@ def test_network_policy_admits_only_the_scheduler_on_the_verbs(renders: dict[str
             id="distinct-ports",
         ),
         pytest.param(
-            {"bind.enabled": "true", "bind.timeoutSeconds": "5"},
-            "bind.timeoutSeconds (5) must be under scheduler.extender.httpTimeout (5s)",
+            {"bind.enabled": "true", "bind.timeoutSeconds": "2"},
+            "bind.timeoutSeconds (2) must be under scheduler.extender.httpTimeout (2s)",
             id="bind-within-http-timeout",
         ),
         pytest.param(
-            {"scheduler.extender.httpTimeout": "3s"},
-            "bind.timeoutSeconds (4) must be under scheduler.extender.httpTimeout (3s)",
+            {"scheduler.extender.httpTimeout": "1s"},
+            "bind.timeoutSeconds (1.5) must be under scheduler.extender.httpTimeout (1s)",
             id="default-bind-within-http-timeout",
         ),
         pytest.param(
@@ -690,3 +690,66 @@ def test_percentage_of_nodes_to_score_is_a_value(helm: Helm) -> None:
     assert scheduler_config(secondary)["profiles"][0]["percentageOfNodesToScore"] == 50
     with pytest.raises(HelmError):
         helm.template(set_values={"scheduler.percentageOfNodesToScore": "101"})
+
+
+# -- fail closed where a namespace enforces (decision 0005) -------------------------------
+
+
+def policy_variables(rendered: Rendered) -> dict[str, str]:
+    policy = rendered.get("MutatingAdmissionPolicy", f"{EXTENDER}-markers")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["matchConditions"] == [
+        {"name": "not-the-extenders-own-namespace", "expression": f"request.namespace != '{NAMESPACE}'"}
+    ]
+    return {v["name"]: " ".join(v["expression"].split()) for v in policy["spec"]["variables"]}
+
+
+def test_the_marker_policy_marks_pods_by_their_namespaces_mode(renders: dict[str, Rendered]) -> None:
+    # Shadow by default, payments and vms enforcing, vms sized by memory, 1 GiB pages.
+    variables = policy_variables(renders["namespaces"])
+    assert variables["mode"] == "request.namespace in ['payments','vms'] ? 'enforce' : 'shadow'"
+    assert variables["fromMemory"] == "(request.namespace in ['vms'])"
+    assert "'hugepages-1Gi' in c.resources.requests" in variables["wantsPages"]
+    # Enforcing by default, one namespace in shadow, one off.
+    assert policy_variables(renders["enforce"])["mode"] == (
+        "request.namespace in ['batch'] ? 'shadow' : request.namespace in ['legacy'] ? 'off' : 'enforce'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("set_values", "mode", "from_memory"),
+    [
+        pytest.param({}, "'shadow'", "(request.namespace in [])", id="shadow-everywhere"),
+        # The RFC's deployment-wide knob sits between the defaults and a namespace's entry.
+        pytest.param(
+            {"extender.extraEnv.BEST_OF_K_HUGEPAGE_FIT_FILTER": "true"}, "'enforce'", None, id="env-knob-enforces"
+        ),
+        pytest.param(
+            {"config.defaults.needFromMemory": "true", "config.namespaces.db.needFromMemory": "false"},
+            None,
+            "!(request.namespace in ['db'])",
+            id="memory-everywhere-but-one",
+        ),
+    ],
+)
+def test_the_marker_policy_resolves_modes_as_the_extender_does(
+    helm: Helm, set_values: dict[str, str], mode: str | None, from_memory: str | None
+) -> None:
+    variables = policy_variables(helm.template(set_values=set_values))
+    if mode is not None:
+        assert variables["mode"] == mode
+    if from_memory is not None:
+        assert variables["fromMemory"] == from_memory
+
+
+def test_the_nudge_may_patch_pods_of_its_own_namespace_only(renders: dict[str, Rendered]) -> None:
+    rendered = renders["default"]
+    role = rendered.get("Role", f"{EXTENDER}-nudge")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    binding = rendered.get("RoleBinding", f"{EXTENDER}-nudge")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER, "namespace": NAMESPACE}]
+    policy = rendered.get("ValidatingAdmissionPolicy", f"{EXTENDER}-nudge")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    env = {e["name"]: e for e in container(rendered.get("Deployment", EXTENDER), "extender")["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"

@@ -126,16 +126,6 @@ Service's pinned clusterIP (or an explicit urlPrefix).
 {{- end }}
 {{- end }}
 
-{{- $enforce := eq $default "enforce" }}
-{{- range $name, $ns := .Values.config.namespaces }}
-{{- $own := $ns | default dict }}
-{{- if and (hasKey $own "mode") (eq (toString (get $own "mode")) "enforce") }}
-{{- $enforce = true }}
-{{- end }}
-{{- end }}
-{{- $enforce }}
-{{- end }}
-
 {{/*
 Each namespace's effective mode and needFromMemory, as extender/config.py resolves them
 (defaults < BEST_OF_K_HUGEPAGE_FIT_FILTER in extender.extraEnv < a namespace's entry), for the
