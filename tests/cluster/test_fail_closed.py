@@ -117,7 +117,11 @@ def test_the_extender_unreachable_enforce_pods_wait_and_shadow_and_off_pods_are_
     probe = client.V1Pod.model_validate(
         {
             "metadata": {"name": "probe"},
-            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"hugepages-2Mi": "2Mi"}}}]},
+            "spec": {
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"limits": {"hugepages-2Mi": "2Mi", "memory": "64Mi"}}}
+                ]
+            },
         }
     )
 
@@ -162,7 +166,7 @@ def test_the_extender_unreachable_enforce_pods_wait_and_shadow_and_off_pods_are_
     for namespace in (shadowed, switched_off, release_namespace):
         assert control_plane.wait_for_pod_bound(namespace, "p", timeout=60) == node
     # Enforce: the entry that is not ignorable fails the attempt; the pod waits, and says why.
-    wait_for_event(control_plane.core, enforced, "p", "FailedScheduling", contains="extender")
+    wait_for_event(control_plane.core, enforced, "p", "FailedScheduling", contains="/filter")
     assert_stays_pending(control_plane.core, enforced, ["p"], 5)
 
 
