@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from e2e.controlplane import ControlPlane, Scheduler
+from e2e.controlplane import ControlPlane, Scheduler, wait_until
 from extender.kube.nudge import NUDGE_ANNOTATION
 from extender.nodeagent.publish import ApiPublisher
 from tests.cluster.placement_support import (
@@ -34,6 +34,7 @@ from tests.cluster.placement_support import (
     bound_pod,
     metric_value,
     placement_scheduler_config,
+    pool_usage,
     start_live_extender,
     wait_for_event,
     write_extender_config,
@@ -48,7 +49,9 @@ WITHIN = 10.0  # what the issue asks: bound within 10 s of the room freeing
 VICTIM_ERROR = "expected at least one victim pod"
 
 
-def nudged_extender(cell: Cell, config: dict[str, Any], *, nudge: bool = True, suffix: str = "") -> Any:
+def nudged_extender(
+    cell: Cell, config: dict[str, Any], *, nudge: bool = True, suffix: str = "", enable_bind: bool = False
+) -> Any:
     """A live extender whose nudge annotates a pod of the test's own, bound to a node (as the
     extender's pod is in a cluster): the pod it names with --nudge-pod."""
     pod = f"extender{suffix}"
@@ -60,15 +63,16 @@ def nudged_extender(cell: Cell, config: dict[str, Any], *, nudge: bool = True, s
         cell.start_extender,
         path,
         name=f"extender-{cell.slug}{suffix}",
+        enable_bind=enable_bind,
         extra_args=["--nudge-pod", f"{cell.namespace}/{pod}" if nudge else ""],
     )
 
 
-def scheduler_with(cell: Cell, extender: Any, *, suffix: str = "") -> str:
+def scheduler_with(cell: Cell, extender: Any, *, suffix: str = "", bind: bool = False) -> str:
     """kube-scheduler's default backoff (1 s to 10 s) and its 5-minute unschedulable flush: nothing
     but a cluster event brings a rejected pod back within the test."""
     name = f"hp-{cell.slug}{suffix}"
-    config = placement_scheduler_config(extender.url, scheduler_name=name)
+    config = placement_scheduler_config(extender.url, scheduler_name=name, bind=bind)
     config.pop("podInitialBackoffSeconds")
     config.pop("podMaxBackoffSeconds")
     cell.start_scheduler(config, name=name)
@@ -221,3 +225,36 @@ def test_extender_only_rejections_never_loop_preemption_and_requests_still_preem
     errors = victim_errors(scheduler)
     print(f"scheduler error lines about victims: {errors}")
     assert errors == 0, scheduler.log_tail(20)
+
+
+# --------------------------------------------------------------------------- kube-apiserver restarted mid-burst
+
+
+def test_a_burst_cut_by_an_apiserver_restart_strands_no_pod_that_fits(cell: Cell) -> None:
+    """The reported stranding: kube-apiserver restarted mid-burst, binds failing while it was down.
+    Every release of room the scheduler cannot see nudges it (a hold that timed out or was dropped,
+    a watch event the scheduler saw first), and a failed bind releases its hold before the scheduler
+    hears of the failure (it then requeues every waiting pod itself): every pod that fits is bound
+    soon after the API server is back, and no pool is over-committed."""
+    nodes = [cell.node(f"n{i:02d}", hugepages="1Gi") for i in range(16)]  # 4 slots of 256Mi each
+    config = {"namespaces": {cell.namespace: {"mode": "enforce", "sampleSize": 3}}}
+    extender = nudged_extender(cell, config, enable_bind=True)  # the chart's secondary scheduler binds through it
+    scheduler = scheduler_with(cell, extender, bind=True)
+    names = [f"b-{i:02d}" for i in range(64)]  # exactly the 64 slots
+
+    def bound() -> int:
+        return sum(1 for name, node in cell.plane.pod_assignments(cell.namespace).items() if node and name in names)
+
+    cell.pods(names, scheduler, hugepages_2mi="256Mi")
+    wait_until("the burst to be under way", lambda: bound() >= 8, timeout=60, interval=0.02)
+    cell.plane.restart_apiserver(downtime=2.0, graceful=False)  # killed: binds in flight fail
+    back = time.monotonic()
+    at_restart = bound()
+    failed = metric_value(extender, "hugepage_extender_binds_total", {"result": "error"})
+    assert failed > 0, "no bind failed: the burst was over before the restart, the test proves nothing"
+    wait_until("every pod of the burst to be bound", lambda: bound() == len(names), timeout=90, interval=0.5)
+    took = time.monotonic() - back
+    print(f"{at_restart} of 64 bound when kube-apiserver was back, {failed:.0f} binds failed; all in {took:.1f} s")
+    assert took < 30
+    for node, (used, pool) in pool_usage(cell.plane, nodes, {cell.namespace: False}).items():
+        assert used <= pool, f"{node}: pods hold {used} bytes of hugepages, its pool offers {pool}"
