@@ -160,3 +160,21 @@ async def test_a_failed_nudge_is_tried_again(state: ClusterState, clock: Clock) 
     state.release("uid-default-other")  # its bind failed
     await run_timer(extender, lambda: nudges.count >= 3)
     assert extender.metrics.nudges.labels("failed")._value.get() >= 3
+
+
+async def test_a_hold_dropped_as_unverified_nudges(state: ClusterState, clock: Clock) -> None:
+    """A pod the watch never showed holds against other such pods only, and is dropped after
+    UNVERIFIED_HOLD_SECONDS: the room it freed nudges, although nobody calls filter."""
+    nudges = Nudges()
+    extender = extender_over(state, nudges)
+    # Two pods the watch has not shown: the first holds both pools, the second is turned away.
+    extender.verbs.filter("ghost", "default", PodDemand(2 * GiB, 0), ["a", "b"], name="ghost")
+    decision, _ = extender.verbs.filter("late", "default", PodDemand(GiB, 0), ["a", "b"], name="late")
+    assert not decision.passed
+    extender.waiting.unplaced("late", 0.0)
+    state.apply_pod(make_pod("late", hugepages="1Gi", uid="late"))  # the watch shows it now, waiting
+    state.take_freed()
+    clock.now += 5.1  # the ghost never shows up: its hold is dropped on the timer
+    await run_timer(extender, lambda: nudges.count > 0)
+    assert state.hold_count == 0
+    assert extender.verbs.refused_holds == 1
