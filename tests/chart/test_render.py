@@ -606,11 +606,17 @@ def test_inconsistent_values_fail_with_a_clear_message(helm: Helm, set_values: d
 
 def test_scheduler_newer_than_the_cluster_is_refused(helm: Helm) -> None:
     with pytest.raises(HelmError) as failure:
-        helm.template(extra=["--kube-version", "v1.34.1"])
-    assert "scheduler.image.tag v1.37.2 is newer than the cluster (v1.34.1)" in str(failure.value)
-    assert "set scheduler.image.tag to v1.34.x" in str(failure.value)
-    older = helm.template(extra=["--kube-version", "v1.34.1"], set_values={"scheduler.image.tag": "v1.34.1"})
-    assert container(older.get("Deployment", SCHEDULER), "kube-scheduler")["image"].endswith(":v1.34.1")
+        helm.template(extra=["--kube-version", "v1.36.1"])
+    assert "scheduler.image.tag v1.37.2 is newer than the cluster (v1.36.1)" in str(failure.value)
+    assert "set scheduler.image.tag to v1.36.x" in str(failure.value)
+    older = helm.template(extra=["--kube-version", "v1.36.1"], set_values={"scheduler.image.tag": "v1.36.1"})
+    assert container(older.get("Deployment", SCHEDULER), "kube-scheduler")["image"].endswith(":v1.36.1")
+
+
+def test_clusters_without_mutating_admission_policy_are_refused(helm: Helm) -> None:
+    with pytest.raises(HelmError) as failure:
+        helm.template(extra=["--kube-version", "v1.35.3"], set_values={"scheduler.image.tag": "v1.35.3"})
+    assert "kubeVersion" in str(failure.value) or ">=1.36.0-0" in str(failure.value)
 
 
 def test_own_mode_reaches_an_ipv6_cluster_ip_in_brackets(helm: Helm) -> None:
