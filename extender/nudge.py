@@ -28,6 +28,11 @@ class NudgePacer:
     def interval_seconds(self) -> float:
         return self._interval
 
+    @property
+    def freed(self) -> bool:
+        """Room freed since the last nudge that went through."""
+        return self._freed
+
     def room_freed(self) -> None:
         self._freed = True
 

@@ -293,6 +293,8 @@ class Extender:
         self.verbs.expire()
         if self.state.take_freed():
             self.pacer.room_freed()
+        if not self.pacer.freed:
+            return False  # most ticks: no walk over the waiting pods
         return self.pacer.due(now, waiting=self.waiting.any_of(lambda uid: self.state.owner_of(uid) is not None))
 
     async def release_timer(self, tick_seconds: float = RELEASE_TICK_SECONDS) -> None:

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from extender.kube.nudge import NUDGE_ANNOTATION
+
 from .chartlib import CHART, CI_VALUES, NAMESPACE, RELEASE, ROOT, Doc, Helm, HelmError, Rendered
 
 CI = {p.name.removesuffix("-values.yaml"): p for p in CI_VALUES}
@@ -757,5 +759,7 @@ def test_the_nudge_may_patch_pods_of_its_own_namespace_only(renders: dict[str, R
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER, "namespace": NAMESPACE}]
     policy = rendered.get("ValidatingAdmissionPolicy", f"{EXTENDER}-nudge")
     assert policy["spec"]["failurePolicy"] == "Fail"
+    nudge = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}["nudge"]
+    assert nudge == f"'{NUDGE_ANNOTATION}'"  # the one annotation the extender writes
     env = {e["name"]: e for e in container(rendered.get("Deployment", EXTENDER), "extender")["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
