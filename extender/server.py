@@ -201,8 +201,7 @@ class Extender:
         decision, held = self.verbs.filter(
             pod.metadata.uid, pod.metadata.namespace, demand, args.node_names, name=pod.metadata.name
         )
-        if self.verbs.refused_holds != refused:
-            self.metrics.holds_refused.inc(self.verbs.refused_holds - refused)
+        self._count_refused(refused)
         if held:
             self.metrics.child(self.metrics.holds_placed, "filter").inc()
         policy = self.config.policy_for(pod.metadata.namespace)
@@ -290,12 +289,18 @@ class Extender:
 
     def release_due(self, now: float) -> bool:
         """End what is past its time; whether to nudge the scheduler now (``extender.nudge``)."""
+        refused = self.verbs.refused_holds
         self.verbs.expire()
+        self._count_refused(refused)  # holds dropped as unverified
         if self.state.take_freed():
             self.pacer.room_freed()
         if not self.pacer.freed:
             return False  # most ticks: no walk over the waiting pods
         return self.pacer.due(now, waiting=self.waiting.any_of(lambda uid: self.state.owner_of(uid) is not None))
+
+    def _count_refused(self, before: int) -> None:
+        if self.verbs.refused_holds != before:
+            self.metrics.holds_refused.inc(self.verbs.refused_holds - before)
 
     async def release_timer(self, tick_seconds: float = RELEASE_TICK_SECONDS) -> None:
         """Holds and records end on time, not at the next filter call; room freed while an enforced

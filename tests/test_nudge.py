@@ -178,3 +178,4 @@ async def test_a_hold_dropped_as_unverified_nudges(state: ClusterState, clock: C
     await run_timer(extender, lambda: nudges.count > 0)
     assert state.hold_count == 0
     assert extender.verbs.refused_holds == 1
+    assert extender.metrics.holds_refused._value.get() == 1  # counted, although no filter call dropped it
