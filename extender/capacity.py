@@ -6,8 +6,8 @@ is the RFC's ``nodeHasCapacity``: the pool total minus what is committed
 room for the request plus every placement still in flight to that node.
 
 Unlike the RFC, a node whose pool is absent or zero holds no hugepages: the kubelet
-always reports its pools, so zero is known to be empty (unresolvable: preemption
-cannot add a pool). Only a node the extender does not know at all is left alone.
+always reports its pools, so zero is known to be empty (unresolvable: no pod leaving
+adds a pool). Only a node the extender does not know at all is left alone.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ UNKNOWN_ACCOUNT = NodeAccount()  # a node the extender does not know (page_size 
 class Fit(Enum):
     UNKNOWN = "unknown node"  # not in the extender's cache (yet): left to the scheduler
     FITS = "fits"
-    INSUFFICIENT = "insufficient"  # the pool is in use; it may free up (preemption can help)
+    INSUFFICIENT = "insufficient"  # the pool is in use; it may free up (pods leave, holds end)
     NUMA_INSUFFICIENT = "no NUMA node fits"  # numaAligned: no single NUMA node has the pages free
     NO_POOL = "no pool"  # the node has no pool of this size, or an empty one: unresolvable
     EXCEEDS_POOL = "exceeds pool"  # the request is larger than the whole pool: unresolvable
@@ -84,7 +84,7 @@ class Fit(Enum):
 
     @property
     def unresolvable(self) -> bool:
-        """Preemption cannot help: no pod on the node holds what is missing."""
+        """No pod leaving the node would make room: no pod on it holds what is missing."""
         return self in _UNRESOLVABLE
 
 
@@ -122,7 +122,7 @@ def numa_headroom_bytes(account: NodeAccount) -> int:
 
 
 def _never_fits(account: NodeAccount, need_pages: int) -> Fit | None:
-    """Why no preemption on this node could make room, if none could."""
+    """Why no pod leaving this node could make room, if none could."""
     if not account.has_pool:
         return Fit.NO_POOL
     if need_pages > account.total_pages:

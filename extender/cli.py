@@ -11,9 +11,9 @@ import os
 import socket
 import ssl
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import msgspec
 import yaml
@@ -32,6 +32,7 @@ from extender.kube.client import api_client
 from extender.kube.events import PodEvents
 from extender.kube.informer import DEFAULT_STALE_AFTER_SECONDS, ClusterInformer, freeze_cache
 from extender.kube.live import api_client_for
+from extender.kube.nudge import PodNudger
 from extender.logs import configure as configure_logging
 from extender.metrics import Metrics
 from extender.nodeagent.cli import add_parser as add_node_agent_parser
@@ -46,6 +47,12 @@ log = logging.getLogger("extender")
 def _exempt_namespaces(args: argparse.Namespace) -> frozenset[str]:
     # The extender's own pods must never wait on the extender (a known deadlock).
     return frozenset(n for n in (args.extender_namespace,) if n)
+
+
+def _own_pod() -> str:
+    """``$POD_NAMESPACE/$POD_NAME`` (the downward API), or "" outside a pod."""
+    namespace, name = os.environ.get("POD_NAMESPACE", ""), os.environ.get("POD_NAME", "")
+    return f"{namespace}/{name}" if namespace and name else ""
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -115,14 +122,18 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
         if args.events
         else None
     )
-    extender = Extender(config, state, metrics, binder=binder, events=events, verify_holds=True)
+    nudger = None
+    if args.nudge_pod:
+        namespace, name = split_pod_name(args.nudge_pod)
+        nudger = PodNudger(api, namespace, name)
+    extender = Extender(config, state, metrics, binder=binder, events=events, verify_holds=True, nudger=nudger)
     informer.start(asyncio.get_running_loop())
     metrics.watch_reflectors(informer.reflectors)
     try:
         await _serve_apps(args, extender, tls, serving)
     finally:
         informer.stop()
-        for closable in (binder, events):
+        for closable in (binder, events, nudger):
             if closable is not None:
                 closable.close()
 
@@ -133,7 +144,7 @@ async def _serve_apps(
     apps = [(create_app(extender), args.host, args.port, tls)]
     if args.probe_port:
         apps.append((create_probe_app(extender), args.host, args.probe_port, None))
-    background = []
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = [extender.release_timer]
     if tls is not None:
         reloader = CertificateReloader(tls, args.tls_cert_file, args.tls_key_file, args.client_ca_file)
         background.append(lambda: reloader.watch(args.tls_reload_seconds))
@@ -327,14 +338,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--bind-timeout-seconds",
         type=float,
-        default=4.0,
-        help="API timeout of a bind; keep it under the scheduler's httpTimeout (default 5 s)",
+        default=1.5,
+        help="API timeout of a bind; keep it under the scheduler's httpTimeout (the chart's 2 s)",
     )
     serve.add_argument(
         "--events",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="post an Event on pods no node can take (live cluster only)",
+    )
+    serve.add_argument(
+        "--nudge-pod",
+        default=_own_pod(),
+        help="NAMESPACE/NAME of a pod to annotate when room frees while pods the extender turned away wait, "
+        "so the scheduler looks at them again (default: $POD_NAMESPACE/$POD_NAME, this pod; '' for none)",
     )
     serve.add_argument(
         "--node-reports",

@@ -84,6 +84,9 @@ class ClusterState:
         # The accounts again, as numpy columns for decisions over many nodes.
         self._columns = NodeColumns(before_read=self._refresh_columns)
         self._stale_columns: set[str] = set()  # accounts changed since the columns last saw them
+        # Nodes whose headroom rose since the last ``take_freed``, each with its headroom before
+        # that first rise: room freed, which the scheduler may not know of (docs/design.md, "Requeue").
+        self._raised: dict[str, int] = {}
         self._nodes: dict[str, NodeCapacity] = {}
         self._pods: dict[str, PodUsage] = {}
         self._used_pages: defaultdict[str, int] = defaultdict(int)
@@ -214,8 +217,12 @@ class ClusterState:
         self._rebuild_accounts()
 
     def _rebuild_accounts(self) -> None:
+        before = self.headroom
         self.accounts = {name: self._account(name) for name in self._nodes}
         self.headroom = {name: headroom_bytes(account) for name, account in self.accounts.items()}
+        for name, room in self.headroom.items():
+            if room > (old := before.get(name, -1)):
+                self._raised.setdefault(name, old)
         self._stale_columns.clear()
         self._columns.clear()
         for name, account in self.accounts.items():
@@ -383,6 +390,14 @@ class ClusterState:
     def expire_holds(self) -> None:
         self._refresh(self._inflight.expire(self._clock()))
 
+    def take_freed(self) -> bool:
+        """Whether some node has more room than when last asked (a hold released, a record giving
+        pages back, a pod gone), and start afresh. A rise undone since (a pod's new attempt releases
+        its old hold and holds again) is no room freed. O(nodes raised since the last call)."""
+        raised, self._raised = self._raised, {}
+        headroom = self.headroom
+        return any(headroom.get(name, -1) > before for name, before in raised.items())
+
     def holds(self) -> dict[str, Hold]:
         return self._inflight.holds()
 
@@ -426,11 +441,15 @@ class ClusterState:
         )
 
     def _refresh(self, names: Iterable[str]) -> None:
+        headroom = self.headroom
         for name in names:
             if name in self._nodes:
                 account = self._account(name)
                 self.accounts[name] = account
-                self.headroom[name] = headroom_bytes(account)
+                room = headroom_bytes(account)
+                if room > (old := headroom.get(name, -1)):
+                    self._raised.setdefault(name, old)
+                headroom[name] = room
                 self._stale_columns.add(name)
 
 

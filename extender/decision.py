@@ -130,8 +130,9 @@ class RejectedByReason(Mapping[str, str]):
 @dataclass(frozen=True, slots=True)
 class FilterDecision:
     passed: Sequence[str]  # the candidates themselves when every one passes
-    failed: Mapping[str, str] = field(default_factory=dict)  # resolvable: preemption may help
-    unresolvable: Mapping[str, str] = field(default_factory=dict)  # the pool is too small
+    # Rejected nodes by cause (both go to the scheduler as FailedAndUnresolvableNodes: wire.render_filter).
+    failed: Mapping[str, str] = field(default_factory=dict)  # short of room now: it may free up
+    unresolvable: Mapping[str, str] = field(default_factory=dict)  # never: no pool, or the pool is too small
     outcome: Outcome = Outcome.PASSTHROUGH
     insufficient: int = 0  # nodes found without room (rejected, or would be in shadow)
     exceeds_pool: int = 0  # nodes that can never hold it: no pool, pool (less pages held outside) too small
@@ -265,8 +266,7 @@ def _decision_of(  # noqa: PLR0917 (a sample and what it was drawn for)
         outcome = Outcome.FIT
     elif not sample.exhausted:
         outcome = Outcome.NO_FIT_IN_SAMPLE
-        # Unexamined nodes are reported, not dropped: a dropped node counts as
-        # unresolvable and preemption would skip it.
+        # Unexamined nodes are reported, not dropped, so the scheduler's event counts them.
         examined = set(sample.rejected)  # nothing was kept
         failed.update((n, reasons.not_sampled) for n in candidates if n not in examined)
     elif insufficient:
@@ -334,7 +334,7 @@ def _reasons_of(
     numa: bool,
     columns: NodeColumns | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """The rejected nodes' reasons: resolvable (preemption may help) and unresolvable.
+    """The rejected nodes' reasons: short of room now (it may free up), and never.
 
     A node rejected yet within what it could ever hold (``capacity.ceiling_bytes``) is
     Fit.INSUFFICIENT, a property test holds the two equal; only the others need ``fits`` for

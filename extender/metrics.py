@@ -156,6 +156,12 @@ class Metrics:
             registry=r,
         )
         self.binds = Counter("hugepage_extender_binds", "Bind verb calls by result.", ["result"], registry=r)
+        self.nudges = Counter(
+            "hugepage_extender_nudges",
+            "Nudges (the extender's own pod annotated so the scheduler looks again at pods it turned away), by result.",
+            ["result"],
+            registry=r,
+        )
         self.events = Counter(
             "hugepage_extender_events", "Events posted on pods no node could take, by reason.", ["reason"], registry=r
         )

@@ -30,6 +30,7 @@ from extender.config import Config
 from extender.decision import FilterDecision, HostScores, Outcome
 from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, state_report
 from extender.metrics import Metrics
+from extender.nudge import NudgePacer
 from extender.objects import Pod
 from extender.policy import Mode, Policy
 from extender.quantity import QuantityError, quote
@@ -145,6 +146,15 @@ class EventRecorder(Protocol):
     def no_fit(self, pod: Pod, decision: FilterDecision, need_bytes: int) -> None: ...
 
 
+class Nudger(Protocol):
+    """Makes the scheduler look again at the pods it keeps for the extender (``kube/nudge.py``)."""
+
+    async def nudge(self) -> bool: ...
+
+
+RELEASE_TICK_SECONDS = 0.25  # how often the timer ends what is past its time and considers a nudge
+
+
 class Extender:
     """The verbs over HTTP, with metrics, events and the optional binder."""
 
@@ -158,6 +168,7 @@ class Extender:
         binder: Binder | None = None,
         events: EventRecorder | None = None,
         verify_holds: bool = False,
+        nudger: Nudger | None = None,
     ) -> None:
         self.config = config
         self.state = state
@@ -168,6 +179,8 @@ class Extender:
         self.body_timeout_seconds = BODY_TIMEOUT_SECONDS
         self.draining = False  # SIGTERM: readiness fails first, begun requests are still answered
         self.waiting = WaitingPods()  # enforced pods no node could take, for the Pending alert
+        self.nudger = nudger
+        self.pacer = NudgePacer()
         # Series at 0 for the namespaces configured in shadow: increase() in the alert then
         # counts their first would-be rejection too (a series first seen at 1 counts as no increase).
         for namespace, policy in config.placement.namespaces.items():
@@ -257,6 +270,36 @@ class Extender:
                 stale=view.state is ReportState.STALE,
             )
         return reports
+
+    def release_due(self, now: float) -> bool:
+        """End what is past its time; whether to nudge the scheduler now (``extender.nudge``)."""
+        refused = self.verbs.refused_holds
+        self.verbs.expire()
+        self._count_refused(refused)  # holds dropped as unverified
+        if self.state.take_freed():
+            self.pacer.room_freed()
+        if not self.pacer.freed:
+            return False  # most ticks: no walk over the waiting pods
+        return self.pacer.due(now, waiting=self.waiting.any_of(lambda uid: self.state.owner_of(uid) is not None))
+
+    def _count_refused(self, before: int) -> None:
+        if self.verbs.refused_holds != before:
+            self.metrics.holds_refused.inc(self.verbs.refused_holds - before)
+
+    async def release_timer(self, tick_seconds: float = RELEASE_TICK_SECONDS) -> None:
+        """Holds and records end on time, not at the next filter call; room freed while an enforced
+        pod waits nudges the scheduler (docs/design.md, "Requeue"). Runs until cancelled."""
+        while True:
+            await asyncio.sleep(tick_seconds)
+            now = time.monotonic()
+            if not self.release_due(now) or self.nudger is None:
+                continue
+            if await self.nudger.nudge():
+                self.pacer.sent(now)
+                self.metrics.child(self.metrics.nudges, "sent").inc()
+            else:
+                self.pacer.failed(now)
+                self.metrics.child(self.metrics.nudges, "failed").inc()
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")

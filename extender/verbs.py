@@ -117,9 +117,7 @@ class ExtenderVerbs:
             shown = self.state.owner_of(uid) == owner
             return FilterResult(decision, demand, policy, held, self.refused_holds - refused_before, shown)
 
-        self.state.expire_holds()
-        self.state.expire_reports()
-        self._drop_unverified()
+        self.expire()
         own = self._owns(uid, owner)
         if own:
             # A new attempt for this pod: its previous attempt's hold is over, and must not
@@ -217,6 +215,14 @@ class ExtenderVerbs:
 
     def bind_failed(self, uid: str) -> None:
         self.state.release(uid)
+
+    def expire(self) -> None:
+        """End what is past its time: holds past ``holdTimeoutSeconds``, holds whose pod the watch
+        has not shown in time, records older than their max age. O(1) when nothing is due; run on
+        every filter call and on the server's timer, so room frees on time while no pod is filtered."""
+        self.state.expire_holds()
+        self.state.expire_reports()
+        self._drop_unverified()
 
     # -- who may hold --------------------------------------------------------------
 

@@ -13,6 +13,7 @@ Time is passed in, never read here. Memory: one entry per waiting pod.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 FORGET_AFTER_SECONDS = 600.0
@@ -40,6 +41,10 @@ class WaitingPods:
 
     def placed(self, uid: str) -> None:
         self._since.pop(uid, None)
+
+    def any_of(self, still_waiting: Callable[[str], bool]) -> bool:
+        """Whether a pod tracked here still waits by ``still_waiting`` (the watch shows it unbound)."""
+        return any(still_waiting(uid) for uid in self._since)
 
     def summary(self, now: float) -> Waiting:
         """Drops pods not asked about for ``forget_after_seconds``; the rest, counted."""

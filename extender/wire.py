@@ -403,20 +403,30 @@ def parse_binding_args(body: bytes) -> BindingArgs:
     return BindingArgs(values["podname"], values["podnamespace"], values["poduid"], values["node"])
 
 
-def _node_reasons(rejected: Mapping[str, str]) -> Mapping[str, str] | msgspec.Raw:
-    """A FailedNodes map: names grouped by a constant reason (``RejectedByReason``, the names
-    read in place, so no escaping) are written with one join per reason."""
-    if not isinstance(rejected, RejectedByReason):
-        return rejected
+def _node_reasons(*rejected: Mapping[str, str]) -> Mapping[str, str] | msgspec.Raw:
+    """One map of rejected nodes: names grouped by a constant reason (``RejectedByReason``, the
+    names read in place, so no escaping) are written with one join per reason."""
+    given = [nodes for nodes in rejected if nodes]
+    if not all(isinstance(nodes, RejectedByReason) for nodes in given):
+        return {name: reason for nodes in given for name, reason in nodes.items()}
     parts = []
-    for reason, names in rejected.groups:
-        value = _encoder.encode(reason).decode()
-        parts.append('"' + f'":{value},"'.join(names) + f'":{value}')
+    for nodes in given:
+        assert isinstance(nodes, RejectedByReason)  # for the type checker: checked above
+        for reason, names in nodes.groups:
+            value = _encoder.encode(reason).decode()
+            parts.append('"' + f'":{value},"'.join(names) + f'":{value}')
     return msgspec.Raw(("{" + ",".join(parts) + "}").encode())
 
 
 def render_filter(args: ExtenderArgs, decision: FilterDecision) -> bytes:
     """ExtenderFilterResult in the same mode as the request.
+
+    Every rejected node is FailedAndUnresolvableNodes, never FailedNodes (docs/design.md,
+    "Preemption"): the extender is asked only about nodes the in-tree filters accepted, and
+    kube-scheduler's preemption dry run on a FailedNodes node runs the in-tree filters alone
+    (``framework/preemption/preemption.go``, ``findCandidates`` and ``DryRunPreemption``): they
+    pass with no victim, and the attempt errs ("expected at least one victim pod on node") each
+    time a lower-priority pod runs there, preempting nothing.
 
     The rejected nodes and their reasons are written only when no node passes: kube-scheduler
     reads them only then (its FailedScheduling event and preemption run only for a pod no node
@@ -426,8 +436,8 @@ def render_filter(args: ExtenderArgs, decision: FilterDecision) -> bytes:
     """
     rejected = not decision.passed
     result: dict[str, Any] = {
-        "FailedNodes": _node_reasons(decision.failed) if rejected else {},
-        "FailedAndUnresolvableNodes": _node_reasons(decision.unresolvable) if rejected else {},
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": _node_reasons(decision.failed, decision.unresolvable) if rejected else {},
         "Error": "",
     }
     raw = args.raw_nodes

@@ -93,10 +93,13 @@ async def test_filter_names_every_rejected_node_with_its_reason_when_none_passes
     status, result = await post(client, "filter", args(names=["full", "small", "plain"]))
     assert status == 200
     assert result["NodeNames"] == []
-    assert result["FailedNodes"] == {"full": "Insufficient hugepages-2Mi (pool in use or held by placements in flight)"}
+    # Every rejection is unresolvable: preemption's dry run runs the in-tree filters alone, which
+    # these nodes passed (docs/design.md, "Preemption").
+    assert result["FailedNodes"] == {}
     assert result["FailedAndUnresolvableNodes"] == {
+        "full": "Insufficient hugepages-2Mi (pool in use or held by placements in flight)",
         "small": "Pod's hugepages-2Mi request exceeds the node's whole pool",
-        "plain": "Node has no hugepages-2Mi pool",  # the kubelet reports none: known empty, preemption cannot help
+        "plain": "Node has no hugepages-2Mi pool",  # the kubelet reports none: known empty
     }
     assert result["Error"] == ""
 
@@ -109,8 +112,8 @@ async def test_filter_full_nodes_mode_echoes_the_admitted_objects(client: Client
     assert result["FailedNodes"] == {}
     status, result = await post(client, "filter", full_args(names=("full", "small")))
     assert result["Nodes"]["items"] == []
-    assert set(result["FailedNodes"]) == {"full"}
-    assert set(result["FailedAndUnresolvableNodes"]) == {"small"}
+    assert result["FailedNodes"] == {}
+    assert set(result["FailedAndUnresolvableNodes"]) == {"full", "small"}
 
 
 async def test_keys_in_any_casing_are_accepted(client: Client) -> None:

@@ -1,6 +1,8 @@
 """One node's verdict, as the filter answers it and as ``explain`` shows it, in one shape:
 ``("admitted", "")``, ``("failed", reason)`` or ``("unresolvable", reason)``; so a test can
 hold the two equal node by node (tests/test_explain_agrees.py, e2e/cluster/test_explain_live.py).
+The filter answers every rejected node as unresolvable (docs/design.md, "Preemption"), so a
+rejection ``explain`` shows is ``("unresolvable", reason)`` whatever its cause.
 
 Ask the filter one node at a time: an answer names its rejected nodes only when it admits none.
 """
@@ -31,4 +33,4 @@ def of_explanation(row: Any, resource_name: str) -> Verdict:
     if verdict.admits:
         return ("admitted", "")
     reason = Reasons.for_resource(resource_name).of(verdict)
-    return ("unresolvable" if verdict.unresolvable else "failed", reason)
+    return ("unresolvable", reason)

@@ -56,13 +56,22 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def allowed(plane: ControlPlane, user: str, verb: str, resource: str, *, group: str = "", sub: str = "") -> bool:
+def allowed(
+    plane: ControlPlane,
+    user: str,
+    verb: str,
+    resource: str,
+    *,
+    group: str = "",
+    sub: str = "",
+    namespace: str = "default",
+) -> bool:
     review = client.V1SubjectAccessReview(
         spec=client.V1SubjectAccessReviewSpec(
             user=user,
             groups=["system:serviceaccounts", "system:authenticated"],
             resource_attributes=client.V1ResourceAttributes(
-                verb=verb, resource=resource, group=group, subresource=sub or None, namespace="default"
+                verb=verb, resource=resource, group=group, subresource=sub or None, namespace=namespace
             ),
         )
     )
@@ -85,6 +94,15 @@ def test_helm_install_is_accepted_and_rbac_is_least_privilege(
     namespace = unique("hx-install")
     release = unique("hx")  # ClusterRoles are cluster-wide: one release name per install
     helm(control_plane, "install", release, str(CHART), "--namespace", namespace, "--create-namespace", *settings)
+    try:
+        check_install(control_plane, release, namespace, bind)
+    finally:
+        # The chart's MutatingAdmissionPolicy marks new pods cluster-wide (shadow by default): gone
+        # with the release, so the other tests' pods stay unmarked.
+        helm(control_plane, "uninstall", release, "--namespace", namespace)
+
+
+def check_install(control_plane: ControlPlane, release: str, namespace: str, bind: bool) -> None:
     status = helm(control_plane, "status", release, "--namespace", namespace)
     assert "STATUS: deployed" in status
     apps = client.AppsV1Api(control_plane.api_client)
@@ -125,6 +143,10 @@ def test_helm_install_is_accepted_and_rbac_is_least_privilege(
     ]:
         assert not allowed(control_plane, user, verb, resource, group=group), f"may {verb} {resource}"
     assert allowed(control_plane, user, "create", "pods", sub="binding") == bind
+    # The nudge: patch pods in its own namespace only (a ValidatingAdmissionPolicy narrows it to its
+    # own pod's one annotation: e2e/cluster/test_fail_closed.py).
+    assert allowed(control_plane, user, "patch", "pods", namespace=namespace)
+    assert not allowed(control_plane, user, "update", "pods", namespace=namespace)
 
 
 def test_rendered_scheduler_config_runs_in_the_real_scheduler_and_calls_the_extender(
@@ -146,10 +168,10 @@ def test_rendered_scheduler_config_runs_in_the_real_scheduler_and_calls_the_exte
     )
     config_map = rendered(documents, "ConfigMap", "scheduler")
     scheduler_config = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
-    (entry,) = scheduler_config["extenders"]
+    entry, shadow = scheduler_config["extenders"]
     assert entry["nodeCacheCapable"] is True
     assert entry["bindVerb"] == "bind"
-    assert entry["ignorable"] is False  # enforce
+    assert (entry["ignorable"], shadow["ignorable"]) == (False, True)  # decision 0005
     (deployment,) = [
         d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "hx-hugepage-extender"
     ]
@@ -163,8 +185,15 @@ def test_rendered_scheduler_config_runs_in_the_real_scheduler_and_calls_the_exte
     control_plane.create_node(node, hugepages_2mi="2Gi", labels={key: value})
     namespace = unique("chart-ns")
     control_plane.create_namespace(namespace)
+    # With the enforce marker the chart's admission policy gives pods of enforcing namespaces (applied
+    # for real in test_fail_closed.py); the scheduler ignores it in its own resource check.
     control_plane.create_pod(
-        namespace, "p", scheduler_name="hugepage-scheduler", hugepages_2mi="1Gi", node_selector={key: value}
+        namespace,
+        "p",
+        scheduler_name="hugepage-scheduler",
+        hugepages_2mi="1Gi",
+        node_selector={key: value},
+        extended={"hugepage-extender.io/enforce": "1"},
     )
     assert control_plane.wait_for_pod_bound(namespace, "p", timeout=180) == node
     answer = extender.get("/metrics")

@@ -149,8 +149,11 @@ def pod_manifest(
     annotations: Mapping[str, str] | None = None,
     node_selector: Mapping[str, str] | None = None,
     image: str = PAUSE_IMAGE,
+    priority_class_name: str | None = None,
+    extended: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A one-container pod. Hugepages and memory get limits equal to their requests, as the API demands."""
+    """A one-container pod. Hugepages, memory and ``extended`` resources get limits equal to their
+    requests, as the API demands."""
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     if cpu:
@@ -159,6 +162,8 @@ def pod_manifest(
         requests["memory"] = limits["memory"] = memory
     if hugepages_2mi:
         requests["hugepages-2Mi"] = limits["hugepages-2Mi"] = hugepages_2mi
+    for resource, quantity in (extended or {}).items():
+        requests[resource] = limits[resource] = quantity
     spec: dict[str, Any] = {
         "containers": [{"name": "app", "image": image, "resources": {"requests": requests, "limits": limits}}],
         "terminationGracePeriodSeconds": 0,
@@ -167,6 +172,8 @@ def pod_manifest(
         spec["schedulerName"] = scheduler_name
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)
+    if priority_class_name:
+        spec["priorityClassName"] = priority_class_name
     metadata: dict[str, Any] = {"name": name, "labels": dict(labels or {})}
     if annotations:
         metadata["annotations"] = dict(annotations)

@@ -1,11 +1,12 @@
 """The bind verb: the extender creates the Binding itself.
 
-Trade-offs (see docs/install.md): only one extender may bind; with
-``ignorable: true`` a bind error makes the scheduler fall back to its default
-binder, so an error here never means "not bound". The API call carries its
-own timeout, shorter than the scheduler's ``httpTimeout``, because aiohttp
-does not cancel a handler when the client leaves: a late bind could succeed
-after the scheduler already gave up.
+Trade-offs (see docs/install.md): only one extender may bind, and the chart
+binds through its enforce entry, which is not ignorable: a bind error fails the
+pod's binding and the scheduler retries the pod (``schedule_one.go``,
+``extendersBinding``; decision 0005). The API call carries its own timeout,
+shorter than the scheduler's ``httpTimeout``, because aiohttp does not cancel a
+handler when the client leaves: a late bind could succeed after the scheduler
+already gave up.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ log = logging.getLogger("extender.kube.binder")
 
 
 class ApiBinder:
-    def __init__(self, api: client.ApiClient, *, timeout_seconds: float = 4.0, workers: int = 8) -> None:
+    def __init__(self, api: client.ApiClient, *, timeout_seconds: float = 1.5, workers: int = 8) -> None:
         self._core = client.CoreV1Api(api)
         self._timeout = timeout_seconds
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bind")

@@ -34,19 +34,23 @@ def test_default_manifest_is_the_default_install() -> None:
         "CustomResourceDefinition",  # the node agent's records
         "DaemonSet",  # the node agent
         "Deployment",
+        "MutatingAdmissionPolicy",  # marks pods by their namespace's mode (decision 0005)
+        "MutatingAdmissionPolicyBinding",
         "NetworkPolicy",
         "PodDisruptionBudget",
         "Role",
         "RoleBinding",
         "Service",
         "ServiceAccount",
-        "ValidatingAdmissionPolicy",  # each agent writes its own node's record only
+        "ValidatingAdmissionPolicy",  # each agent writes its own node's record; the extender only its nudge
         "ValidatingAdmissionPolicyBinding",
     ]
     cluster_scoped = (
         "ClusterRole",
         "ClusterRoleBinding",
         "CustomResourceDefinition",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     )
@@ -61,8 +65,14 @@ def test_scheduler_examples_are_scheduler_configurations() -> None:
     for name in GENERATED[1:]:
         config = yaml.safe_load((ROOT / "manifests" / name).read_text())
         assert config["kind"] == "KubeSchedulerConfiguration"
-        (extender,) = config["extenders"]
-        assert extender["nodeCacheCapable"] is True
+        enforce, shadow = config["extenders"]
+        assert enforce["nodeCacheCapable"] is shadow["nodeCacheCapable"] is True
+        # Decision 0005: enforcing namespaces fail closed, shadow ones fail open, in every install mode.
+        assert (enforce["ignorable"], shadow["ignorable"]) == (False, True)
+        assert [r["name"] for r in enforce["managedResources"] + shadow["managedResources"]] == [
+            "hugepage-extender.io/enforce",
+            "hugepage-extender.io/shadow",
+        ]
     own = yaml.safe_load((ROOT / "manifests" / GENERATED[2]).read_text())
     assert own["percentageOfNodesToScore"] == 100
     assert own["clientConnection"]["kubeconfig"] == "/etc/kubernetes/scheduler.conf"

@@ -17,13 +17,22 @@ from typing import Any
 import pytest
 import yaml
 
+from extender.kube.nudge import NUDGE_ANNOTATION
+
 from .chartlib import CHART, CI_VALUES, NAMESPACE, RELEASE, ROOT, Doc, Helm, HelmError, Rendered
 
 CI = {p.name.removesuffix("-values.yaml"): p for p in CI_VALUES}
 EXTENDER = RELEASE  # the release is named like the chart, so fullname == release
 SCHEDULER = f"{RELEASE}-scheduler"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 STANDARD_LABELS = (
     "helm.sh/chart",
     "app.kubernetes.io/name",
@@ -60,11 +69,21 @@ def scheduler_config(rendered: Rendered) -> Doc:
     return config
 
 
+ENFORCE_MARKER = "hugepage-extender.io/enforce"
+SHADOW_MARKER = "hugepage-extender.io/shadow"
+
+
+def entries(config: Doc) -> tuple[Doc, Doc]:
+    """The scheduler's two entries for the extender (decision 0005): enforce, then shadow."""
+    enforce, shadow = config["extenders"]
+    assert enforce["managedResources"] == [{"name": ENFORCE_MARKER, "ignoredByScheduler": True}]
+    assert shadow["managedResources"] == [{"name": SHADOW_MARKER, "ignoredByScheduler": True}]
+    return enforce, shadow
+
+
 def the_extender(config: Doc) -> Doc:
-    extenders = config["extenders"]
-    assert len(extenders) == 1
-    result: Doc = extenders[0]
-    return result
+    """The enforce entry: the one that scores and binds."""
+    return entries(config)[0]
 
 
 def _merged(defaults: Any, given: Any) -> Any:
@@ -355,70 +374,20 @@ def test_https_always_comes_with_the_ca(renders: dict[str, Rendered], scenario: 
     assert "keyData" not in tls  # private keys stay in Secrets, never in a ConfigMap
 
 
-@pytest.mark.parametrize(
-    ("scenario", "ignorable"),
-    [
-        ("default", True),  # shadow: a down extender must not block pods
-        ("enforce", False),  # enforce: no placement without the check
-        ("namespaces", False),  # shadow by default, but payments and vms enforce: they must not fail open
-        ("bind-off", False),  # the same with one enforcing namespace, without the bind verb
-        ("bind", True),  # explicitly set
-        ("own-scheduler", True),  # the cluster's scheduler also places the extender's pods
-    ],
-)
-def test_ignorable_follows_the_mode(renders: dict[str, Rendered], scenario: str, ignorable: bool) -> None:
-    assert the_extender(scheduler_config(renders[scenario]))["ignorable"] is ignorable
-
-
-@pytest.mark.parametrize(
-    ("set_values", "ignorable"),
-    [
-        pytest.param({}, True, id="shadow-everywhere"),
-        pytest.param({"config.namespaces.payments.mode": "enforce"}, False, id="one-namespace-enforces"),
-        pytest.param(
-            {"config.namespaces.payments.mode": "enforce", "scheduler.extender.ignorable": "true"},
-            True,
-            id="explicit-true-wins",
-        ),
-        pytest.param(
-            {"config.namespaces.payments.mode": "shadow", "config.namespaces.batch.mode": "off"},
-            True,
-            id="namespaces-that-do-not-enforce",
-        ),
-        pytest.param({"config.namespaces.payments.needFromMemory": "true"}, True, id="namespace-inherits-shadow"),
-        pytest.param(
-            {"config.defaults.mode": "enforce", "config.namespaces.payments.needFromMemory": "true"},
-            False,
-            id="namespace-inherits-enforce",
-        ),
-        pytest.param(
-            {"config.defaults.mode": "enforce", "scheduler.extender.ignorable": "true"},
-            True,
-            id="explicit-over-enforce",
-        ),
-        # The RFC's deployment-wide knob sits between the defaults and a namespace's entry.
-        pytest.param({"extender.extraEnv.BEST_OF_K_HUGEPAGE_FIT_FILTER": "true"}, False, id="env-knob-enforces"),
-        pytest.param(
-            {"config.defaults.mode": "enforce", "extender.extraEnv.BEST_OF_K_HUGEPAGE_FIT_FILTER": "false"},
-            True,
-            id="env-knob-shadows-the-defaults",
-        ),
-        pytest.param(
-            {
-                "scheduler.mode": "own",
-                "service.clusterIP": "10.96.0.88",
-                "networkPolicy.enabled": "false",
-                "config.namespaces.payments.mode": "enforce",
-            },
-            True,
-            id="own-mode-stays-ignorable",
-        ),
-    ],
-)
-def test_ignorable_is_false_when_any_namespace_enforces(
-    helm: Helm, set_values: dict[str, str], ignorable: bool
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_enforcing_namespaces_fail_closed_and_shadow_fails_open_in_every_scenario(
+    renders: dict[str, Rendered], scenario: str
 ) -> None:
-    assert the_extender(scheduler_config(helm.template(set_values=set_values)))["ignorable"] is ignorable
+    """Decision 0005: the enforce entry is never ignorable and is the only binder; the shadow entry
+    is ignorable, filters only (shadow scores are neutral) and never binds."""
+    enforce, shadow = entries(scheduler_config(renders[scenario]))
+    assert enforce["ignorable"] is False
+    assert shadow["ignorable"] is True
+    assert "bindVerb" not in shadow
+    assert "prioritizeVerb" not in shadow
+    assert shadow["filterVerb"] == "filter"
+    for key in ("urlPrefix", "httpTimeout", "nodeCacheCapable", "enableHTTPS", "tlsConfig"):
+        assert enforce.get(key) == shadow.get(key), key
 
 
 OWN = {"scheduler.mode": "own", "service.clusterIP": "10.96.0.88", "networkPolicy.enabled": "false"}
@@ -453,7 +422,6 @@ def test_the_kind_suites_values_render_with_the_bind_verb(helm: Helm) -> None:
     rendered = helm.template(values=[ROOT / "e2e" / "kind" / "values.yaml"])
     extender = the_extender(scheduler_config(rendered))
     assert extender["bindVerb"] == "bind"
-    assert extender["ignorable"] is False
     assert "--enable-bind" in container(rendered.get("Deployment", EXTENDER), "extender")["args"]
 
 
@@ -467,7 +435,7 @@ def test_default_bind_lets_an_enforcing_filter_admit_every_node(helm: Helm) -> N
 def test_secondary_scheduler_deployment(renders: dict[str, Rendered], scenario: str) -> None:
     rendered = renders[scenario]
     if is_own(scenario):
-        assert not rendered.all("Role")
+        assert [r["metadata"]["name"] for r in rendered.all("Role")] == [f"{EXTENDER}-nudge"]  # no scheduler roles
         assert [d["metadata"]["name"] for d in rendered.all("Deployment")] == [EXTENDER]
         bindings = [b["metadata"]["name"] for b in rendered.all("ClusterRoleBinding")]
         assert sorted(bindings) == [EXTENDER, f"{EXTENDER}-node-agent"]  # no scheduler bindings
@@ -616,13 +584,13 @@ def test_network_policy_admits_only_the_scheduler_on_the_verbs(renders: dict[str
             id="distinct-ports",
         ),
         pytest.param(
-            {"bind.enabled": "true", "bind.timeoutSeconds": "5"},
-            "bind.timeoutSeconds (5) must be under scheduler.extender.httpTimeout (5s)",
+            {"bind.enabled": "true", "bind.timeoutSeconds": "2"},
+            "bind.timeoutSeconds (2) must be under scheduler.extender.httpTimeout (2s)",
             id="bind-within-http-timeout",
         ),
         pytest.param(
-            {"scheduler.extender.httpTimeout": "3s"},
-            "bind.timeoutSeconds (4) must be under scheduler.extender.httpTimeout (3s)",
+            {"scheduler.extender.httpTimeout": "1s"},
+            "bind.timeoutSeconds (1.5) must be under scheduler.extender.httpTimeout (1s)",
             id="default-bind-within-http-timeout",
         ),
         pytest.param(
@@ -640,11 +608,17 @@ def test_inconsistent_values_fail_with_a_clear_message(helm: Helm, set_values: d
 
 def test_scheduler_newer_than_the_cluster_is_refused(helm: Helm) -> None:
     with pytest.raises(HelmError) as failure:
-        helm.template(extra=["--kube-version", "v1.34.1"])
-    assert "scheduler.image.tag v1.37.2 is newer than the cluster (v1.34.1)" in str(failure.value)
-    assert "set scheduler.image.tag to v1.34.x" in str(failure.value)
-    older = helm.template(extra=["--kube-version", "v1.34.1"], set_values={"scheduler.image.tag": "v1.34.1"})
-    assert container(older.get("Deployment", SCHEDULER), "kube-scheduler")["image"].endswith(":v1.34.1")
+        helm.template(extra=["--kube-version", "v1.36.1"])
+    assert "scheduler.image.tag v1.37.2 is newer than the cluster (v1.36.1)" in str(failure.value)
+    assert "set scheduler.image.tag to v1.36.x" in str(failure.value)
+    older = helm.template(extra=["--kube-version", "v1.36.1"], set_values={"scheduler.image.tag": "v1.36.1"})
+    assert container(older.get("Deployment", SCHEDULER), "kube-scheduler")["image"].endswith(":v1.36.1")
+
+
+def test_clusters_without_mutating_admission_policy_are_refused(helm: Helm) -> None:
+    with pytest.raises(HelmError) as failure:
+        helm.template(extra=["--kube-version", "v1.35.3"], set_values={"scheduler.image.tag": "v1.35.3"})
+    assert "kubeVersion" in str(failure.value) or ">=1.36.0-0" in str(failure.value)
 
 
 def test_own_mode_reaches_an_ipv6_cluster_ip_in_brackets(helm: Helm) -> None:
@@ -689,28 +663,22 @@ def test_notes_tell_the_next_step_secondary(helm: Helm, notes_chart: Path) -> No
     assert f"https://{EXTENDER}.{NAMESPACE}.svc:8888" in notes  # mTLS by default
     assert "schedulerName: hugepage-scheduler-1g" in notes
     assert "per-namespace: payments=enforce vms=enforce" in notes
-    assert "Extender ignorable by the scheduler: false" in notes  # payments and vms enforce
+    assert "When the extender cannot answer: pods of enforcing namespaces wait" in notes
     assert "Bind verb (the extender binds the pods the scheduler places): on" in notes
     assert "--set config.namespaces.<namespace>.mode=enforce" in notes
     snippet = yaml.safe_load(notes.split("consults the extender with:\n", 1)[1].split("\n\n", 1)[0])
     assert snippet["extenders"][0]["nodeCacheCapable"] is True
     assert snippet["extenders"][0]["weight"] == 5
     assert snippet["extenders"][0]["bindVerb"] == "bind"
-    assert "rolls the scheduler once" not in notes  # already not ignorable: a flip leaves the scheduler alone
-
-
-def test_notes_warn_that_the_first_enforcing_namespace_rolls_the_scheduler(helm: Helm, notes_chart: Path) -> None:
-    notes = render_notes(helm, notes_chart, [CI["default"]])
-    assert "Extender ignorable by the scheduler: true" in notes
-    assert "The first enforcing namespace rolls the scheduler once: the derived\n   ignorable turns false" in notes
+    assert snippet["extenders"][1]["ignorable"] is True
 
 
 def test_notes_tell_the_next_step_own(helm: Helm, notes_chart: Path) -> None:
-    notes = render_notes(helm, notes_chart, [CI["own-scheduler"]], {"scheduler.extender.ignorable": "false"})
+    notes = render_notes(helm, notes_chart, [CI["own-scheduler"]])
     assert "https://10.96.0.88:8888" in notes
     assert f"get configmap {SCHEDULER}" in notes
     assert f"get secret {EXTENDER}-client-tls" in notes
-    assert "WARNING: the extender is not ignorable" in notes
+    assert "the\n   extender's own pods never do, so they start while it is down" in notes
     assert "Bind verb (the extender binds the pods the scheduler places): off" in notes
     snippet = yaml.safe_load(notes.split("extenders section:\n", 1)[1].split("\n\n", 1)[0])
     assert snippet["extenders"][0]["tlsConfig"]["caData"]
@@ -730,3 +698,68 @@ def test_percentage_of_nodes_to_score_is_a_value(helm: Helm) -> None:
     assert scheduler_config(secondary)["profiles"][0]["percentageOfNodesToScore"] == 50
     with pytest.raises(HelmError):
         helm.template(set_values={"scheduler.percentageOfNodesToScore": "101"})
+
+
+# -- fail closed where a namespace enforces (decision 0005) -------------------------------
+
+
+def policy_variables(rendered: Rendered) -> dict[str, str]:
+    policy = rendered.get("MutatingAdmissionPolicy", f"{EXTENDER}-markers")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["matchConditions"] == [
+        {"name": "not-the-extenders-own-namespace", "expression": f"request.namespace != '{NAMESPACE}'"}
+    ]
+    return {v["name"]: " ".join(v["expression"].split()) for v in policy["spec"]["variables"]}
+
+
+def test_the_marker_policy_marks_pods_by_their_namespaces_mode(renders: dict[str, Rendered]) -> None:
+    # Shadow by default, payments and vms enforcing, vms sized by memory, 1 GiB pages.
+    variables = policy_variables(renders["namespaces"])
+    assert variables["mode"] == "request.namespace in ['payments','vms'] ? 'enforce' : 'shadow'"
+    assert variables["fromMemory"] == "(request.namespace in ['vms'])"
+    assert "'hugepages-1Gi' in c.resources.requests" in variables["wantsPages"]
+    # Enforcing by default, one namespace in shadow, one off.
+    assert policy_variables(renders["enforce"])["mode"] == (
+        "request.namespace in ['batch'] ? 'shadow' : request.namespace in ['legacy'] ? 'off' : 'enforce'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("set_values", "mode", "from_memory"),
+    [
+        pytest.param({}, "'shadow'", "(request.namespace in [])", id="shadow-everywhere"),
+        # The RFC's deployment-wide knob sits between the defaults and a namespace's entry.
+        pytest.param(
+            {"extender.extraEnv.BEST_OF_K_HUGEPAGE_FIT_FILTER": "true"}, "'enforce'", None, id="env-knob-enforces"
+        ),
+        pytest.param(
+            {"config.defaults.needFromMemory": "true", "config.namespaces.db.needFromMemory": "false"},
+            None,
+            "!(request.namespace in ['db'])",
+            id="memory-everywhere-but-one",
+        ),
+    ],
+)
+def test_the_marker_policy_resolves_modes_as_the_extender_does(
+    helm: Helm, set_values: dict[str, str], mode: str | None, from_memory: str | None
+) -> None:
+    variables = policy_variables(helm.template(set_values=set_values))
+    if mode is not None:
+        assert variables["mode"] == mode
+    if from_memory is not None:
+        assert variables["fromMemory"] == from_memory
+
+
+def test_the_nudge_may_patch_pods_of_its_own_namespace_only(renders: dict[str, Rendered]) -> None:
+    rendered = renders["default"]
+    role = rendered.get("Role", f"{EXTENDER}-nudge")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    binding = rendered.get("RoleBinding", f"{EXTENDER}-nudge")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER, "namespace": NAMESPACE}]
+    policy = rendered.get("ValidatingAdmissionPolicy", f"{EXTENDER}-nudge")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    nudge = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}["nudge"]
+    assert nudge == f"'{NUDGE_ANNOTATION}'"  # the one annotation the extender writes
+    env = {e["name"]: e for e in container(rendered.get("Deployment", EXTENDER), "extender")["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"

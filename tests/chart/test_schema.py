@@ -109,10 +109,11 @@ SCHEMA_ERROR = "values don't meet the specifications of the schema(s)"
             id="timeout-without-unit",
         ),
         pytest.param(
-            ["--set", "scheduler.extender.ignorable=sometimes"],
-            "/scheduler/extender/ignorable",
-            "got string, want null or boolean",
-            id="ignorable-not-a-bool",
+            # Removed by decision 0005: enforcing namespaces never fail open, shadow ones always do.
+            ["--set", "scheduler.extender.ignorable=true"],
+            "/scheduler/extender",
+            "additional properties 'ignorable' not allowed",
+            id="ignorable-is-gone",
         ),
         pytest.param(
             ["--set", "bind.enabled=sometimes"],
@@ -172,8 +173,7 @@ def test_schema_is_strict_everywhere() -> None:
     "args",
     [
         pytest.param(["--set", "config.namespaces.payments.mode=enforce"], id="set-namespace-mode"),
-        pytest.param(["--set", "scheduler.extender.ignorable=false"], id="ignorable-false"),
-        pytest.param(["--set", "scheduler.extender.ignorable=null"], id="ignorable-derived"),
+        pytest.param(["--set", "config.defaults.needFromMemory=true"], id="need-from-memory-everywhere"),
         pytest.param(["--set", "bind.enabled=null"], id="bind-by-mode"),
         pytest.param(["--set", "bind.enabled=false"], id="bind-off"),
         pytest.param(["--set-json", "config.defaults.alpha=0.25"], id="float-via-set-json"),

@@ -127,45 +127,38 @@ Service's pinned clusterIP (or an explicit urlPrefix).
 {{- end }}
 
 {{/*
-Whether any namespace enforces: config.defaults.mode (or the deployment-wide
-BEST_OF_K_HUGEPAGE_FIT_FILTER in extender.extraEnv, which sits between the
-defaults and a namespace's entry, as in extender/config.py) or any entry of
-config.namespaces with mode enforce. Renders "true" or "false".
+Each namespace's effective mode and needFromMemory, as extender/config.py resolves them
+(defaults < BEST_OF_K_HUGEPAGE_FIT_FILTER in extender.extraEnv < a namespace's entry), for the
+admission policy that marks pods (decision 0005). Renders JSON: default (mode of a namespace not
+listed), enforce / shadow / off (listed namespaces by mode), fromMemory (needFromMemory of a
+namespace not listed), fromMemoryFlipped (listed namespaces whose needFromMemory differs from it).
 */}}
-{{- define "hugepage-extender.anyEnforce" -}}
+{{- define "hugepage-extender.namespaceModes" -}}
 {{- $default := toString .Values.config.defaults.mode }}
 {{- $env := .Values.extender.extraEnv | default dict }}
 {{- if hasKey $env "BEST_OF_K_HUGEPAGE_FIT_FILTER" }}
 {{- $default = ternary "enforce" "shadow" (has (get $env "BEST_OF_K_HUGEPAGE_FIT_FILTER" | toString | trim | lower) (list "1" "true" "yes" "on")) }}
 {{- end }}
-{{- $enforce := eq $default "enforce" }}
+{{- $fromMemory := eq (toString (.Values.config.defaults.needFromMemory | default false)) "true" }}
+{{- $modes := dict "default" $default "enforce" (list) "shadow" (list) "off" (list) "fromMemory" $fromMemory "fromMemoryFlipped" (list) }}
 {{- range $name, $ns := .Values.config.namespaces }}
 {{- $own := $ns | default dict }}
-{{- if and (hasKey $own "mode") (eq (toString (get $own "mode")) "enforce") }}
-{{- $enforce = true }}
+{{- $mode := ternary (toString (get $own "mode")) $default (hasKey $own "mode") }}
+{{- $_ := set $modes $mode (append (get $modes $mode) $name) }}
+{{- if and (hasKey $own "needFromMemory") (ne (eq (toString (get $own "needFromMemory")) "true") $fromMemory) }}
+{{- $_ := set $modes "fromMemoryFlipped" (append (get $modes "fromMemoryFlipped") $name) }}
 {{- end }}
 {{- end }}
-{{- $enforce }}
+{{- toJson $modes }}
 {{- end }}
 
 {{/*
-ignorable: an ignorable extender that is down is skipped (pods placed without
-the hugepage check); a non-ignorable one blocks every pod it is consulted for.
-Derived unless set: in secondary mode false as soon as any namespace enforces
-(the defaults or a single namespace's entry), so an enforcing namespace never
-fails open while the extender is unreachable. In own mode the extender's own
-pods depend on the same scheduler, so it stays ignorable unless explicitly set.
+The marker extended resources (decision 0005): the admission policy puts one on each pod of an
+enforcing or shadow namespace that may need pages; each selects one entry of the scheduler's
+extenders list (managedResources, ignoredByScheduler: true). Never on the extender's own pods.
 */}}
-{{- define "hugepage-extender.ignorable" -}}
-{{- $explicit := .Values.scheduler.extender.ignorable }}
-{{- if kindIs "bool" $explicit }}
-{{- $explicit }}
-{{- else if eq .Values.scheduler.mode "own" }}
-{{- true }}
-{{- else }}
-{{- ne (include "hugepage-extender.anyEnforce" .) "true" }}
-{{- end }}
-{{- end }}
+{{- define "hugepage-extender.marker.enforce" -}}hugepage-extender.io/enforce{{- end }}
+{{- define "hugepage-extender.marker.shadow" -}}hugepage-extender.io/shadow{{- end }}
 
 {{/*
 bind: whether the extender serves the bind verb (bindVerb in the scheduler's
@@ -382,34 +375,47 @@ profiles:
       {{- toYaml . | nindent 6 }}
     {{- end }}
 {{- end }}
+# Two entries for the one extender (decision 0005), chosen per pod by the marker the admission
+# policy adds according to the pod's namespace: an enforcing namespace's pods wait while the
+# extender cannot answer (not ignorable), a shadow namespace's pods are placed without it
+# (ignorable); pods of off namespaces, and the extender's own, carry no marker and are not sent.
 extenders:
-  - urlPrefix: {{ include "hugepage-extender.urlPrefix" . | quote }}
+{{- range $entry := list "enforce" "shadow" }}
+{{- $enforce := eq $entry "enforce" }}
+  - urlPrefix: {{ include "hugepage-extender.urlPrefix" $ | quote }}
     filterVerb: filter
+    {{- if $enforce }}
     prioritizeVerb: prioritize
-    {{- if eq (include "hugepage-extender.bind" .) "true" }}
+    {{- if eq (include "hugepage-extender.bind" $) "true" }}
+    # The only binder: a failed bind fails the binding (not ignorable), the pod is retried.
     bindVerb: bind
     {{- end }}
-    weight: {{ int .Values.scheduler.extender.weight }}
+    weight: {{ int $.Values.scheduler.extender.weight }}
+    {{- end }}
     # The extender keeps its own node cache: the scheduler sends node names
     # only, not full Node objects (the main cost of extenders at scale).
     nodeCacheCapable: true
-    httpTimeout: {{ .Values.scheduler.extender.httpTimeout }}
-    ignorable: {{ include "hugepage-extender.ignorable" . }}
-    {{- if .Values.tls.enabled }}
+    httpTimeout: {{ $.Values.scheduler.extender.httpTimeout }}
+    ignorable: {{ not $enforce }}
+    managedResources:
+      - name: {{ include (printf "hugepage-extender.marker.%s" $entry) $ }}
+        ignoredByScheduler: true
+    {{- if $.Values.tls.enabled }}
     enableHTTPS: true
     tlsConfig:
-      serverName: {{ include "hugepage-extender.serviceHost" . }}
+      serverName: {{ include "hugepage-extender.serviceHost" $ }}
       caData: {{ required "internal: TLS enabled without a CA" $tls.ca | b64enc }}
-      {{- if .Values.tls.clientAuth.enabled }}
+      {{- if $.Values.tls.clientAuth.enabled }}
       {{- if $own }}
-      certFile: {{ .Values.scheduler.own.clientCertFile }}
-      keyFile: {{ .Values.scheduler.own.clientKeyFile }}
+      certFile: {{ $.Values.scheduler.own.clientCertFile }}
+      keyFile: {{ $.Values.scheduler.own.clientKeyFile }}
       {{- else }}
       certFile: /etc/hugepage-extender/client/tls.crt
       keyFile: /etc/hugepage-extender/client/tls.key
       {{- end }}
       {{- end }}
     {{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The node agent's objects, and the namespace its DaemonSet runs in. */}}
