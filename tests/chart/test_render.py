@@ -684,11 +684,6 @@ def test_network_policy_admits_only_the_scheduler_on_the_verbs(renders: dict[str
             id="mtls-needs-tls",
         ),
         pytest.param(
-            {"topology": "service", "tls.enabled": "false"},
-            "tls.clientAuth.enabled needs tls.enabled",
-            id="mtls-needs-tls-behind-a-service",
-        ),
-        pytest.param(
             {"scheduler.mode": "own", "topology": "sidecar"},
             "topology=sidecar puts the extender in the chart's secondary scheduler pods",
             id="sidecar-needs-the-secondary-scheduler",

@@ -275,6 +275,13 @@ back from the release's Secrets on upgrade (lookup), so they stay stable.
 {{- $sd := default dict $server.data }}
 {{- $cd := default dict $client.data }}
 {{- $reuse := and (index $sd "tls.crt") (index $sd "tls.key") (index $sd "ca.crt") }}
+{{- /* A certificate is reused only for the address it names: the Secret says which
+       (the chart's previous version wrote no annotation and named the Service only). */}}
+{{- $issuedFor := ternary "127.0.0.1" "service" (eq (include "hugepage-extender.loopback" .) "true") }}
+{{- $annotations := default dict (default dict $server.metadata).annotations }}
+{{- if ne (get $annotations "hugepage-extender.io/issued-for" | default "service") $issuedFor }}
+{{- $reuse = false }}
+{{- end }}
 {{- if and $reuse $mtls }}
 {{- $reuse = and (index $cd "tls.crt") (index $cd "tls.key") (eq (index $cd "ca.crt" | default "") (index $sd "ca.crt")) }}
 {{- end }}
