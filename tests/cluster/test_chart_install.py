@@ -287,7 +287,7 @@ def test_extender_runs_with_the_charts_config_and_namespace_flags_take_effect(
 
 def previous_chart(directory: Path) -> Path:
     """The chart as it was before 0.2.0 (the extender behind a Service), from this repository's history:
-    the parent of the commit that made it 0.2.0."""
+    the parent of the first commit whose values.yaml has ``topology``."""
     repo = CHART.parents[1]
 
     def git(*args: str) -> str:
@@ -295,8 +295,9 @@ def previous_chart(directory: Path) -> Path:
         assert result.returncode == 0, f"git {' '.join(args)}: {result.stderr.strip()} (needs the repository's history)"
         return result.stdout.strip()
 
-    bump = git("log", "-1", "--format=%H", "-G^version: 0.2.0", "--", "charts/hugepage-extender/Chart.yaml")
-    assert bump, "no commit made the chart 0.2.0"
+    found = git("log", "--reverse", "--format=%H", '-Stopology: ""', "--", "charts/hugepage-extender/values.yaml")
+    assert found, "no commit introduced the topology value"
+    bump = found.splitlines()[0]
     archive = subprocess.run(
         ["git", "-C", str(repo), "archive", f"{bump}^", "charts/hugepage-extender"], capture_output=True, check=True
     ).stdout
