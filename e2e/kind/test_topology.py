@@ -87,7 +87,9 @@ print(json.dumps(result))
 
 
 def client_pod(name: str, node: str, *, labels: dict[str, str] | None = None, command: list[str] | None = None) -> str:
-    """A pod of the extender's image (it has Python) on ``node``, idle unless given a command; its name."""
+    """A pod of the extender's image (it has Python) on ``node``, idle unless given a command
+    (then ready once it listens on the verbs' port); its name."""
+    listening = {"tcpSocket": {"port": VERBS_PORT}, "periodSeconds": 1} if command else None
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -101,7 +103,8 @@ def client_pod(name: str, node: str, *, labels: dict[str, str] | None = None, co
                     "image": TOUCHER_IMAGE,
                     "imagePullPolicy": "Never",
                     "command": command or ["sleep", "3600"],
-                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
+                    **({"readinessProbe": listening} if listening else {}),
                 }
             ],
         },
