@@ -827,9 +827,14 @@ def test_notes_tell_the_next_step_secondary(helm: Helm, notes_chart: Path) -> No
 
 
 def test_notes_warn_that_the_first_enforcing_namespace_rolls_the_scheduler(helm: Helm, notes_chart: Path) -> None:
-    notes = render_notes(helm, notes_chart, [CI["default"]])
+    # Behind a Service a config change rolls only the extender; the ignorable flip rolls the scheduler too.
+    notes = render_notes(helm, notes_chart, [CI["mtls-generated"]])
     assert "Extender ignorable by the scheduler: true" in notes
     assert "The first enforcing namespace rolls the scheduler once: the derived\n   ignorable turns false" in notes
+    # With the sidecar every config change rolls the scheduler's pods: the notes say so instead.
+    sidecar = render_notes(helm, notes_chart, [CI["default"]])
+    assert "the scheduler\n   pods roll, since they carry the extenders" in sidecar
+    assert "rolls the scheduler once" not in sidecar
 
 
 def test_notes_tell_the_next_step_own(helm: Helm, notes_chart: Path) -> None:
