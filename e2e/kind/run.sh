@@ -136,6 +136,9 @@ phase "engine"
 build_out=$("$root/e2e/kind/images/build") || die "the offline image build failed"
 node_image=${KIND_NODE_IMAGE:-$(sed -n 's/^KIND_NODE_IMAGE=//p' <<< "$build_out")}
 image=$(sed -n 's/^EXTENDER_IMAGE=//p' <<< "$build_out")
+# The tag is shared by every work tree on this machine (and images build without the kind
+# lock): pin the image this run built, and point the tag back at it just before loading.
+image_id=$(docker image inspect --format '{{.Id}}' "$image")
 KUBECTL=${KUBECTL:-$(sed -n 's/^KUBECTL=//p' <<< "$build_out")}
 phase "images"
 
@@ -226,6 +229,7 @@ done
 "$KUBECTL" -n kube-system rollout status deployment/coredns --timeout=180s >/dev/null || die "coredns did not become ready"
 phase "cni + nodes ready"
 
+docker tag "$image_id" "$image"
 "$KIND" load docker-image "$image" --name "$cluster" >/dev/null
 phase "image load"
 
