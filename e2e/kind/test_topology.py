@@ -207,9 +207,8 @@ def kill_container(pod_name: str, container: str) -> None:
     """SIGKILL, no grace: the container's process dies as in a crash (the kubelet restarts it)."""
     pod = scheduler_pod(pod_name)
     node = pod["spec"]["nodeName"]  # kind's node is the Docker container of that name
-    subprocess.run(
-        ["docker", "exec", node, "crictl", "stop", "--timeout", "0", container_id(pod, container)], check=True
-    )
+    stop = ["docker", "exec", node, "crictl", "stop", "--timeout", "0", container_id(pod, container)]
+    subprocess.run(stop, check=True, stdout=subprocess.DEVNULL)  # it prints the container's ID
 
 
 def bound_per_node(names: list[str]) -> dict[str, list[str]]:
