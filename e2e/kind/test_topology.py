@@ -228,8 +228,10 @@ def bound_count(names: list[str]) -> int:
 def burst_with_a_failure(
     workers: list[str], created: list[tuple[str, str]], what: str, fail: Callable[[], None]
 ) -> dict[str, Any]:
-    """16 pods of 64Mi on 12 places, in two waves of 8; ``fail`` runs once the first wave
-    is placing. Asserts nothing over-committed and nothing lost; returns the figures."""
+    """16 pods of 64Mi on 12 places, in two waves of 8; ``fail`` runs once at least 3 of the
+    first wave are bound (usually all 8: they bind within a fraction of a second), and the
+    second wave is created right after it. Asserts nothing over-committed and nothing lost;
+    returns the figures."""
     set_reserved(dict.fromkeys(workers, f"{(POOL_PAGES * PAGE - ROOM) // MI}Mi"))
     names = [f"{what}-{i:02d}" for i in range(16)]
     for name in names[:8]:
