@@ -93,9 +93,9 @@ def summarize(path: str, printed: str) -> dict[str, Any]:
 
 
 def _serve(workdir: Path, port: int, probe: int, tls: list[str]) -> subprocess.Popen[bytes]:
-    log = (workdir / f"serve-{port}.log").open("wb")
     argv = [sys.executable, "-m", "extender", "serve", "--example", "--port", str(port), "--probe-port", str(probe)]
-    return subprocess.Popen([*argv, *tls], stdout=log, stderr=log, cwd=REPO_ROOT)
+    with (workdir / f"serve-{port}.log").open("wb") as log:  # the child keeps its own descriptor
+        return subprocess.Popen([*argv, *tls], stdout=log, stderr=log, cwd=REPO_ROOT)
 
 
 def run(calls: int = 2000) -> list[dict[str, Any]]:
