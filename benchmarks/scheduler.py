@@ -28,6 +28,14 @@ creation rate and every ratio would shrink towards 1.
 
 Each pod asks for 256Mi of ``hugepages-2Mi`` (so our extender decides rather
 than passes it through), 100m CPU and 64Mi of memory.
+
+The extender's round trip, two ways: ``ours`` is the chart's default path, plain
+HTTP on 127.0.0.1 (the extender a sidecar of the scheduler, or on its node's host
+network); ``ours-mtls`` is the previous default's, HTTPS with client certificates
+(what the Service topology still uses), here on loopback too, so the difference
+is TLS alone. What the Service adds on top (a hop to another node through
+kube-proxy) is measured on kind: e2e/kind/test_topology.py prints it beside
+loopback, from the same server.
 """
 
 from __future__ import annotations
@@ -50,13 +58,15 @@ from typing import Any, TypeVar
 import aiohttp
 import msgspec
 
-from benchmarks.http_decision import REPO_ROOT, free_port
+from benchmarks.http_decision import REPO_ROOT
 from e2e.controlplane import (
     ControlPlane,
     ManagedProcess,
     Service,
     extender_scheduler_config,
+    free_port,
     http_get,
+    issue_client_certificate,
     node_manifest,
     pod_manifest,
 )
@@ -92,6 +102,7 @@ class Variant:
     pods_share: float = 1.0  # full-Nodes variants are slow: fewer pods keep the run short
     config: dict[str, Any] | None = None  # ours: the extender's config file
     percentage_of_nodes_to_score: int | None = 100  # None: the scheduler's adaptive default
+    mtls: bool = False  # ours: HTTPS with client certificates (the Service topology's default)
 
 
 VARIANTS = [
@@ -101,6 +112,13 @@ VARIANTS = [
     Variant("none-adaptive", "no extender, adaptive percentageOfNodesToScore", percentage_of_nodes_to_score=None),
     Variant("null", "null extender, NodeNames", "null"),
     Variant("ours", "ours, NodeNames (K=3)", "ours", config={"defaults": {"mode": "enforce"}}),
+    Variant(
+        "ours-mtls",
+        "ours, NodeNames (K=3), HTTPS + client certs",
+        "ours",
+        config={"defaults": {"mode": "enforce"}},
+        mtls=True,
+    ),
     Variant("ours-k0", "ours, NodeNames, K=0", "ours", config={"defaults": {"mode": "enforce", "sampleSize": 0}}),
     Variant("null-full", "null extender, full Nodes", "null", node_cache_capable=False, pods_share=0.15),
     Variant("ours-full", "ours, full Nodes (K=3)", "ours", False, 0.15, {"defaults": {"mode": "enforce"}}),
@@ -262,7 +280,7 @@ async def _create_pods(api: Api, *, namespace: str, pods: int) -> float:
     return time.perf_counter() - started
 
 
-def _config_for(variant: Variant, url: str | None) -> dict[str, Any]:
+def _config_for(variant: Variant, url: str | None, tls_config: dict[str, str] | None = None) -> dict[str, Any]:
     if url is None:
         profile: dict[str, Any] = {"schedulerName": SCHEDULER_NAME}
         if variant.percentage_of_nodes_to_score is not None:
@@ -275,6 +293,7 @@ def _config_for(variant: Variant, url: str | None) -> dict[str, Any]:
             node_cache_capable=variant.node_cache_capable,
             percentage_of_nodes_to_score=100,
             http_timeout="30s",
+            extender={"tlsConfig": tls_config} if tls_config else None,
         )
     document["clientConnection"] = dict(CLIENT_CONNECTION)
     return document
@@ -282,9 +301,9 @@ def _config_for(variant: Variant, url: str | None) -> dict[str, Any]:
 
 def _start_extender(
     cp: ControlPlane, variant: Variant, tag: str, workdir: Path
-) -> tuple[str | None, ManagedProcess | None]:
+) -> tuple[str | None, ManagedProcess | None, dict[str, str] | None]:
     if variant.extender is None:
-        return None, None
+        return None, None, None
     if variant.extender == "null":
         port = free_port()
 
@@ -295,20 +314,57 @@ def _start_extender(
         argv = [sys.executable, "-m", "benchmarks.null_extender", "--port", str(port)]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # the control plane runs it in its workdir
         process = cp.start_process(f"null-extender-{tag}", argv, env=env, ready=ready)
-        return f"http://127.0.0.1:{port}", process
+        return f"http://127.0.0.1:{port}", process, None
     config = workdir / f"extender-{tag}.yaml"
     config.write_text(json.dumps(variant.config or {}))
     # K = 0 admits more nodes than a hold covers: serve refuses it without the bind verb
     # (over-commit in a burst). The benchmark measures the decision's cost, not placement.
     k0 = any(p.get("sampleSize") == 0 for p in [(variant.config or {}).get("defaults", {})])
+    args = ["--kubeconfig", str(cp.kubeconfig), "--config", str(config), *(["--enable-bind"] if k0 else [])]
+    env = {**os.environ, "LOG_LEVEL": "WARNING"}
+    if variant.mtls:
+        return _start_mtls_extender(cp, args, tag, env)
     service: Service = cp.start_extender(
-        ["--kubeconfig", str(cp.kubeconfig), "--config", str(config), *(["--enable-bind"] if k0 else [])],
-        name=f"hugepage-extender-{tag}",
-        ready_path="/readyz",
-        env={**os.environ, "LOG_LEVEL": "WARNING"},
-        timeout=120,
+        args, name=f"hugepage-extender-{tag}", ready_path="/readyz", env=env, timeout=120
     )
-    return service.url, service.process
+    return service.url, service.process, None
+
+
+def _start_mtls_extender(
+    cp: ControlPlane, args: list[str], tag: str, env: dict[str, str]
+) -> tuple[str, ManagedProcess, dict[str, str]]:
+    """Ours over HTTPS with client certificates: the control plane's CA signs both sides
+    (its serving certificate names 127.0.0.1), as the chart's generated pair does."""
+    certs = cp.certificates
+    client_cert, client_key = issue_client_certificate(certs, "hugepage-scheduler")
+    port, probe = free_port(), free_port()
+    script = Path(sys.executable).parent / "hugepage-extender"
+    executable = [str(script)] if script.exists() else [sys.executable, "-m", "extender"]
+    argv = [
+        *executable,
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--probe-port",
+        str(probe),
+        "--tls-cert-file",
+        str(certs.serving_cert),
+        "--tls-key-file",
+        str(certs.serving_key),
+        "--client-ca-file",
+        str(certs.ca_cert),
+        *args,
+    ]
+
+    def ready() -> bool:
+        answer = http_get(probe, "/readyz")
+        return answer is not None and answer[0] == 200
+
+    process = cp.start_process(f"hugepage-extender-{tag}", argv, env=env, ready=ready, timeout=120)
+    tls_config = {"caFile": str(certs.ca_cert), "certFile": str(client_cert), "keyFile": str(client_key)}
+    return f"https://127.0.0.1:{port}", process, tls_config
 
 
 async def _create_nodes(api: Api, *, first: int, last: int) -> float:
@@ -410,12 +466,12 @@ def _one(
     namespace = f"bench-{tag}"
     count = max(50, round(pods * variant.pods_share))
     create_seconds = asyncio.run(_in_session(api, functools.partial(_create_pods, namespace=namespace, pods=count)))
-    url, extender = _start_extender(cp, variant, tag, workdir)
+    url, extender, tls_config = _start_extender(cp, variant, tag, workdir)
     try:
         watch = BindWatch(api, namespace, count)
         watch.start()
         started = time.perf_counter()
-        scheduler = cp.start_scheduler(_config_for(variant, url), name=f"kube-scheduler-{tag}")
+        scheduler = cp.start_scheduler(_config_for(variant, url, tls_config), name=f"kube-scheduler-{tag}")
         try:
             bound = watch.wait(timeout)
         finally:

@@ -81,13 +81,14 @@ def _serve(args: argparse.Namespace) -> int:
 
     def serving() -> None:
         log.info(
-            "hugepage-extender %s serving %s on %s:%d (%s%s), default mode %s, cluster state from %s",
+            "hugepage-extender %s serving %s on %s:%d (%s%s%s), default mode %s, cluster state from %s",
             __version__,
             config.resource_name,
             args.host,
             args.port,
             "https" if tls else "http",
             ", client certificates required" if args.client_ca_file else "",
+            f"; probes and metrics on {args.probe_host or args.host}:{args.probe_port}" if args.probe_port else "",
             config.placement.defaults.mode.value,
             "the API server" if live else "a snapshot",
         )
@@ -143,7 +144,8 @@ async def _serve_apps(
 ) -> None:
     apps = [(create_app(extender), args.host, args.port, tls)]
     if args.probe_port:
-        apps.append((create_probe_app(extender), args.host, args.probe_port, None))
+        probe_host = args.host if args.probe_host is None else args.probe_host
+        apps.append((create_probe_app(extender), probe_host, args.probe_port, None))
     background: list[Callable[[], Coroutine[Any, Any, None]]] = [extender.release_timer]
     if tls is not None:
         reloader = CertificateReloader(tls, args.tls_cert_file, args.tls_key_file, args.client_ca_file)
@@ -333,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--probe-port", type=_port, help="also serve /healthz, /readyz and /metrics over plain HTTP on this port"
+    )
+    serve.add_argument(
+        "--probe-host",
+        help="address of --probe-port (default: --host); the chart keeps the verbs on 127.0.0.1, beside "
+        "the scheduler, and serves probes and metrics on 0.0.0.0 for the kubelet and Prometheus",
     )
     serve.add_argument("--enable-bind", action="store_true", help="serve the bind verb (creates Bindings)")
     serve.add_argument(

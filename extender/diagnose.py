@@ -103,14 +103,15 @@ def add_extender_arguments(parser: argparse.ArgumentParser) -> None:
         "--extender",
         metavar="URL",
         default=os.environ.get("HUGEPAGE_EXTENDER_URL"),
-        help="its verbs' URL, as the scheduler's urlPrefix (default: $HUGEPAGE_EXTENDER_URL), "
-        "e.g. https://hugepage-extender.hugepage-extender.svc:8888",
+        help="its verbs' URL (default: $HUGEPAGE_EXTENDER_URL), e.g. http://127.0.0.1:8888 through "
+        "kubectl port-forward to the scheduler pod holding the lease (the chart's default: the verbs "
+        "listen on that pod's loopback), or the chart's Service with topology=service",
     )
     group.add_argument(
         "--extender-service",
         metavar="NAMESPACE/NAME",
-        help="find the URL on the chart's Service (its hugepage-extender.io/url annotation), e.g. "
-        "hugepage-extender/hugepage-extender; the URL must be reachable from here",
+        help="find the URL on the chart's Service (its hugepage-extender.io/url annotation; "
+        "topology=service only), e.g. hugepage-extender/hugepage-extender; the URL must be reachable from here",
     )
     group.add_argument("--extender-ca-file", type=Path, help="CA of its serving certificate")
     group.add_argument("--extender-cert-file", type=Path, help="client certificate, when it requires one")

@@ -4,7 +4,7 @@ from typing import Any
 
 import msgspec
 
-from benchmarks import concurrency, decision, http_decision, node_reports, scale
+from benchmarks import concurrency, decision, extender_round_trip, http_decision, node_reports, scale
 from benchmarks.cluster import node_documents, request_body
 from benchmarks.null_extender import field_skipping_decode, floor_prioritize, null_filter, null_prioritize
 
@@ -98,3 +98,10 @@ def test_scale_benchmark_runs_without_an_apiserver() -> None:
     (synced,) = scale.first_sync([], [(NODES, 2500)])  # more than one page of pods
     assert (synced["listed nodes"], synced["listed pods"]) == (NODES, 2500)
     assert synced["ready s"] >= synced["pods listed s"] > 0
+
+
+def test_round_trip_benchmark_runs_both_paths() -> None:
+    # Plain HTTP and HTTPS with client certificates on loopback; the same client runs in kind's pods.
+    rows = extender_round_trip.run(calls=20)
+    assert [row["path"].split(",")[1].strip().split(" ")[0] for row in rows] == ["plain", "HTTPS"]
+    assert all(row["calls"] == 20 and 0 < row["p50_ms"] <= row["p99_ms"] for row in rows)

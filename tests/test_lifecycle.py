@@ -161,3 +161,30 @@ def test_a_renewed_certificate_is_served_without_a_restart_or_a_failed_request(
     assert not failures, failures[:3]
     assert answered > 10
     assert process.poll() is None  # no restart
+
+
+def test_the_verbs_listen_on_their_host_only_and_the_probe_port_on_its_own(
+    tmp_path: Path, stopped: list[subprocess.Popen[bytes]]
+) -> None:
+    # The chart's loopback topologies: the verbs on 127.0.0.1 beside the scheduler, probes
+    # and metrics on every address for the kubelet and Prometheus. Here 127.0.0.2 stands in
+    # for the pod's own address (both loopback: the test reaches nothing else).
+    probe = free_port()
+    process, port = serve(tmp_path, "--host", "127.0.0.1", "--probe-port", str(probe), "--probe-host", "0.0.0.0")  # noqa: S104 (the test)
+    stopped.append(process)
+    wait_listening(process, port, tmp_path)
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/filter", data=BODY, method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert response.status == 200
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.2", port), timeout=2).close()
+    with urllib.request.urlopen(f"http://127.0.0.2:{probe}/healthz", timeout=2) as response:
+        assert response.status == 200
+    # The probe port serves no verb and no /debug/state.
+    for path, data in (("/filter", BODY), ("/debug/state", None)):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.2:{probe}{path}", data=data), timeout=2)
+        refused.value.close()
+        assert refused.value.code in {404, 405}, (path, refused.value.code)
+    log = (tmp_path / "serve.log").read_text()
+    assert f"on 127.0.0.1:{port} (http; probes and metrics on 0.0.0.0:{probe})" in log, log

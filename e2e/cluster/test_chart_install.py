@@ -1,7 +1,13 @@
 """The Helm chart against the real API server and the real kube-scheduler.
 
-- ``helm install`` succeeds and the API server accepts every object.
-- The extender's ServiceAccount can do what the extender needs and no more.
+- ``helm install`` succeeds and the API server accepts every object, in each
+  topology (the scheduler's native sidecar, the control-plane DaemonSet on the
+  host network, the Deployment behind a Service).
+- The extender's identity can do what the extender needs (and, with a
+  ServiceAccount of its own, no more).
+- ``helm upgrade --reset-then-reuse-values`` from the previous chart version
+  (0.1.0: the extender behind a Service) moves it into the scheduler's pods and
+  removes what loopback makes unnecessary.
 - The chart's KubeSchedulerConfiguration is loaded by the real kube-scheduler,
   which then calls a running extender.
 - The extender runs with the chart's ConfigMap as its config file, and the
@@ -80,57 +86,98 @@ def allowed(
     return bool(answer.status.allowed)
 
 
+def as_dict(plane: ControlPlane, obj: object) -> dict[str, Any]:
+    """An API object as the API server's JSON (camelCase keys)."""
+    document: dict[str, Any] = plane.api_client.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+    return document
+
+
+def workloads(plane: ControlPlane, namespace: str) -> dict[str, dict[str, Any]]:
+    """The release's Deployments and DaemonSets (the node agent's aside), by kind/name."""
+    apps = client.AppsV1Api(plane.api_client)
+    found: dict[str, dict[str, Any]] = {}
+    listed: list[tuple[str, object]] = [("Deployment", apps.list_namespaced_deployment(namespace))]
+    listed.append(("DaemonSet", apps.list_namespaced_daemon_set(namespace)))
+    for kind, answer in listed:
+        for item in as_dict(plane, answer)["items"]:
+            name = item["metadata"]["name"]
+            if "node-agent" not in name:
+                found[f"{kind}/{name}"] = item
+    return found
+
+
+EXTENDER_NEEDS = [
+    ("get", "nodes", ""),
+    ("list", "nodes", ""),
+    ("watch", "nodes", ""),
+    ("list", "pods", ""),
+    ("watch", "pods", ""),
+    ("list", "hugepagenodereports", "hugepage-extender.io"),
+    ("watch", "hugepagenodereports", "hugepage-extender.io"),
+    ("create", "events", ""),
+]
+
+
 @pytest.mark.parametrize(
-    ("settings", "bind"),
+    ("settings", "topology", "bind"),
     [
         # Decision 0004: the bind verb is on by default with the secondary scheduler.
-        pytest.param([], True, id="default-binds"),
-        pytest.param(["--set", "bind.enabled=false"], False, id="bind-off"),
+        pytest.param([], "sidecar", True, id="default-sidecar-binds"),
+        pytest.param(["--set", "topology=service"], "service", True, id="service-binds"),
+        pytest.param(
+            ["--set", "topology=service", "--set", "bind.enabled=false"], "service", False, id="service-bind-off"
+        ),
+        pytest.param(["--set", "scheduler.mode=own"], "controlPlane", False, id="own-control-plane"),
     ],
 )
 def test_helm_install_is_accepted_and_rbac_is_least_privilege(
-    control_plane: ControlPlane, settings: list[str], bind: bool
+    control_plane: ControlPlane, settings: list[str], topology: str, bind: bool
 ) -> None:
     namespace = unique("hx-install")
     release = unique("hx")  # ClusterRoles are cluster-wide: one release name per install
     helm(control_plane, "install", release, str(CHART), "--namespace", namespace, "--create-namespace", *settings)
     try:
-        check_install(control_plane, release, namespace, bind)
+        check_install(control_plane, release, namespace, topology, bind)
     finally:
         # The chart's MutatingAdmissionPolicy marks new pods cluster-wide (shadow by default): gone
         # with the release, so the other tests' pods stay unmarked.
         helm(control_plane, "uninstall", release, "--namespace", namespace)
 
 
-def check_install(control_plane: ControlPlane, release: str, namespace: str, bind: bool) -> None:
+def check_install(control_plane: ControlPlane, release: str, namespace: str, topology: str, bind: bool) -> None:
     status = helm(control_plane, "status", release, "--namespace", namespace)
     assert "STATUS: deployed" in status
-    apps = client.AppsV1Api(control_plane.api_client)
-    deployments = {str(d.metadata.name) for d in apps.list_namespaced_deployment(namespace).items if d.metadata}
-    assert any("scheduler" in name for name in deployments)
-    assert any("scheduler" not in name for name in deployments)
+    found = workloads(control_plane, namespace)
+    scheduler = f"Deployment/{release}-hugepage-extender-scheduler"
+    extender = {"sidecar": scheduler, "service": f"Deployment/{release}-hugepage-extender"}.get(
+        topology, f"DaemonSet/{release}-hugepage-extender"
+    )
+    assert extender in found, sorted(found)
+    pod = found[extender]["spec"]["template"]["spec"]
+    if topology == "sidecar":
+        # The API server kept the native sidecar (an init container that restarts always).
+        (sidecar,) = pod["initContainers"]
+        assert sidecar["name"] == "extender"
+        assert sidecar["restartPolicy"] == "Always"
+        assert sorted(found) == [scheduler]
+    if topology == "controlPlane":
+        assert pod["hostNetwork"] is True
+        assert sorted(found) == [extender]  # the cluster's own scheduler: none of the chart's
 
-    accounts = [
-        sa.metadata.name
-        for sa in control_plane.core.list_namespaced_service_account(namespace).items
-        if sa.metadata
-        and sa.metadata.name
-        and "scheduler" not in sa.metadata.name
-        and "node-agent" not in sa.metadata.name
-        and sa.metadata.name != "default"
-    ]
-    assert len(accounts) == 1
-    user = f"system:serviceaccount:{namespace}:{accounts[0]}"
-    needs = [
-        ("get", "nodes", ""),
-        ("list", "nodes", ""),
-        ("watch", "nodes", ""),
-        ("list", "pods", ""),
-        ("watch", "pods", ""),
-    ]
-    needs.append(("create", "events", ""))
-    for verb, resource, group in needs:
+    account = pod["serviceAccountName"]
+    user = f"system:serviceaccount:{namespace}:{account}"
+    for verb, resource, group in EXTENDER_NEEDS:
         assert allowed(control_plane, user, verb, resource, group=group), f"cannot {verb} {resource}"
+    assert allowed(control_plane, user, "create", "pods", sub="binding") == (bind or topology == "sidecar")
+    for verb, resource, group in [("get", "secrets", ""), ("update", "nodes", ""), ("create", "deployments", "apps")]:
+        assert not allowed(control_plane, user, verb, resource, group=group), f"may {verb} {resource}"
+    # The nudge: patch pods in its own namespace (a ValidatingAdmissionPolicy narrows it to its
+    # own pod's one annotation: e2e/cluster/test_fail_closed.py).
+    assert allowed(control_plane, user, "patch", "pods", namespace=namespace)
+    if topology == "sidecar":
+        # One pod, one ServiceAccount: the sidecar runs as the scheduler's, which may bind
+        # (and preempt) whatever bind.enabled says (docs/install.md, "Topology").
+        return
     for verb, resource, group in [
         ("get", "secrets", ""),
         ("list", "secrets", ""),
@@ -142,11 +189,6 @@ def check_install(control_plane: ControlPlane, release: str, namespace: str, bin
         ("create", "deployments", "apps"),
     ]:
         assert not allowed(control_plane, user, verb, resource, group=group), f"may {verb} {resource}"
-    assert allowed(control_plane, user, "create", "pods", sub="binding") == bind
-    # The nudge: patch pods in its own namespace only (a ValidatingAdmissionPolicy narrows it to its
-    # own pod's one annotation: e2e/cluster/test_fail_closed.py).
-    assert allowed(control_plane, user, "patch", "pods", namespace=namespace)
-    assert not allowed(control_plane, user, "update", "pods", namespace=namespace)
 
 
 def test_rendered_scheduler_config_runs_in_the_real_scheduler_and_calls_the_extender(
@@ -173,9 +215,10 @@ def test_rendered_scheduler_config_runs_in_the_real_scheduler_and_calls_the_exte
     assert entry["bindVerb"] == "bind"
     assert (entry["ignorable"], shadow["ignorable"]) == (False, True)  # decision 0005
     (deployment,) = [
-        d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "hx-hugepage-extender"
+        d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "hx-hugepage-extender-scheduler"
     ]
-    assert "--enable-bind" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    (sidecar,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert "--enable-bind" in sidecar["args"]
     assert scheduler_config["profiles"][0]["percentageOfNodesToScore"] == 100
     scheduler = start_scheduler(scheduler_config, name=unique("chart-scheduler"))
     assert "hugepage-scheduler" in scheduler.profiles
@@ -268,3 +311,71 @@ def test_extender_runs_with_the_charts_config_and_namespace_flags_take_effect(
     assert re.search(
         r'hugepage_extender_fit_rejected_nodes_total\{mode="enforce",reason="exceeds_pool"\} [1-9]', metrics
     )
+
+
+def previous_chart(directory: Path) -> Path:
+    """The chart as it was before 0.2.0 (the extender behind a Service), from this repository's history:
+    the parent of the first commit whose values.yaml has ``topology``."""
+    repo = CHART.parents[1]
+
+    def git(*args: str) -> str:
+        result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+        assert result.returncode == 0, f"git {' '.join(args)}: {result.stderr.strip()} (needs the repository's history)"
+        return result.stdout.strip()
+
+    found = git("log", "--reverse", "--format=%H", '-Stopology: ""', "--", "charts/hugepage-extender/values.yaml")
+    assert found, "no commit introduced the topology value"
+    bump = found.splitlines()[0]
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", f"{bump}^", "charts/hugepage-extender"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True)
+    return directory / "charts" / "hugepage-extender"
+
+
+def test_upgrade_from_the_service_topology_moves_the_extender_beside_the_scheduler(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    old = previous_chart(tmp_path)
+    assert yaml.safe_load((old / "Chart.yaml").read_text())["version"] == "0.1.0"
+    namespace, release = unique("hx-upgrade"), unique("hx")
+    mine = ["--set", "config.namespaces.payments.mode=enforce"]  # a value the user set
+    helm(control_plane, "install", release, str(old), "--namespace", namespace, "--create-namespace", *mine)
+    fullname = f"{release}-hugepage-extender"
+    network = client.NetworkingV1Api(control_plane.api_client)
+
+    def policies() -> list[str]:
+        listed = as_dict(control_plane, network.list_namespaced_network_policy(namespace))
+        return [p["metadata"]["name"] for p in listed["items"]]
+
+    def service() -> dict[str, Any]:
+        return as_dict(control_plane, control_plane.core.read_namespaced_service(fullname, namespace))
+
+    def config_map(name: str, key: str) -> Any:
+        found = as_dict(control_plane, control_plane.core.read_namespaced_config_map(name, namespace))
+        return yaml.safe_load(found["data"][key])
+
+    assert f"Deployment/{fullname}" in workloads(control_plane, namespace)
+    assert policies() == [fullname]
+    assert service()["spec"]["sessionAffinity"] == "ClientIP"
+
+    # What docs/install.md says to run: the user's values, the new chart's defaults.
+    helm(control_plane, "upgrade", release, str(CHART), "--namespace", namespace, "--reset-then-reuse-values")
+
+    found = workloads(control_plane, namespace)
+    assert sorted(found) == [f"Deployment/{fullname}-scheduler"], sorted(found)  # the extender's Deployment is gone
+    (sidecar,) = found[f"Deployment/{fullname}-scheduler"]["spec"]["template"]["spec"]["initContainers"]
+    assert sidecar["restartPolicy"] == "Always"
+    assert "--host=127.0.0.1" in sidecar["args"]
+    assert policies() == []
+    assert [p["name"] for p in service()["spec"]["ports"]] == ["metrics"]
+    assert service()["spec"].get("sessionAffinity") in (None, "None")
+    listed = as_dict(control_plane, control_plane.core.list_namespaced_secret(namespace))["items"]
+    secrets = [item["metadata"]["name"] for item in listed]
+    assert not [name for name in secrets if name.endswith(("-tls", "-client-tls"))], secrets  # TLS off on loopback
+    (entry,) = config_map(f"{fullname}-scheduler", "scheduler-config.yaml")["extenders"]
+    assert entry["urlPrefix"] == "http://127.0.0.1:8888"
+    assert entry["ignorable"] is False  # the user's enforcing namespace, kept
+    assert "tlsConfig" not in entry
+    assert config_map(fullname, "config.yaml")["namespaces"]["payments"]["mode"] == "enforce"
+    helm(control_plane, "uninstall", release, "--namespace", namespace)

@@ -5,11 +5,14 @@
 #   2. build every image offline (e2e/kind/images/build; cached),
 #   3. size the host's 2 MiB hugepage pool (put back afterwards, also on failure):
 #      the kind nodes share the host's kernel, so every kubelet reports that pool,
-#   4. create the cluster (e2e/kind/cluster.yaml), give each node a node-local
-#      CNI (ptp + host-local for its podCIDR, routes to the others' podCIDRs),
-#      load the extender image,
+#   4. create the cluster (e2e/kind/cluster.yaml; the control plane's own
+#      kube-scheduler started through kubeadm's scheduler extraArgs/extraVolumes
+#      with the chart's own-mode configuration, e2e/kind/values-own.yaml), give
+#      each node a node-local CNI (ptp + host-local for its podCIDR, routes to the
+#      others' podCIDRs), load the extender image,
 #   5. helm install the chart with e2e/kind/values.yaml,
-#   6. run the scenarios (e2e/kind/test_kind.py),
+#   6. run the scenarios (e2e/kind/test_*.py; test_own_scheduler.py last, once
+#      the release is uninstalled, installs the chart in own mode),
 #   7. collect logs into $ARTIFACTS, delete the cluster, restore the pool, stop
 #      what this run started.
 #
@@ -98,10 +101,9 @@ collect() {
     } > "$artifacts/cluster.txt" 2>&1
     "$KUBECTL" get nodes -o yaml > "$artifacts/nodes.yaml" 2>&1
     "$KUBECTL" -n "$namespace" describe pods > "$artifacts/describe-pods.txt" 2>&1
-    for deployment in "$release" "$release-scheduler"; do
-      "$KUBECTL" -n "$namespace" logs "deployment/$deployment" --all-containers --prefix --tail=-1 \
-        --max-log-requests=10 > "$artifacts/logs-$deployment.txt" 2>&1
-    done
+    "$KUBECTL" -n "$namespace" logs -l "app.kubernetes.io/instance=$release" --all-containers --prefix \
+      --tail=-1 --max-log-requests=20 > "$artifacts/logs-$release.txt" 2>&1
+    "$KUBECTL" -n kube-system logs -l component=kube-scheduler --tail=-1 > "$artifacts/logs-kube-scheduler.txt" 2>&1
     "$HELM" status "$release" -n "$namespace" > "$artifacts/helm-status.txt" 2>&1
     timeout 120 "$KIND" export logs "$artifacts/kind-logs" --name "$cluster" >/dev/null 2>&1
   fi
@@ -134,6 +136,9 @@ phase "engine"
 build_out=$("$root/e2e/kind/images/build") || die "the offline image build failed"
 node_image=${KIND_NODE_IMAGE:-$(sed -n 's/^KIND_NODE_IMAGE=//p' <<< "$build_out")}
 image=$(sed -n 's/^EXTENDER_IMAGE=//p' <<< "$build_out")
+# The tag is shared by every work tree on this machine (and images build without the kind
+# lock): pin the image this run built, and point the tag back at it just before loading.
+image_id=$(docker image inspect --format '{{.Id}}' "$image")
 KUBECTL=${KUBECTL:-$(sed -n 's/^KUBECTL=//p' <<< "$build_out")}
 phase "images"
 
@@ -158,9 +163,36 @@ if "$KIND" get clusters 2>/dev/null | grep -qx "$cluster"; then
   log "deleting the leftover cluster $cluster"
   "$KIND" delete cluster --name "$cluster"
 fi
+# The cluster's own kube-scheduler (kubeadm's static pod) runs with the chart's own-mode
+# configuration, as docs/install.md tells kind users: rendered before the cluster exists,
+# mounted into the control-plane node, passed with kubeadm's scheduler extraArgs and
+# extraVolumes. It calls the extender DaemonSet on its node's 127.0.0.1 (ignorable: until
+# test_own_scheduler.py installs that, each call is refused and skipped).
+"$HELM" template "$release" charts/hugepage-extender --namespace "$namespace" --values e2e/kind/values-own.yaml \
+  --show-only templates/scheduler-configmap.yaml \
+  | "$python" -c 'import sys, yaml; sys.stdout.write(yaml.safe_load(sys.stdin)["data"]["scheduler-config.yaml"])' \
+  > "$workdir/hugepage-scheduler-config.yaml"
+"$python" - "$workdir/hugepage-scheduler-config.yaml" > "$workdir/cluster.yaml" <<'PY'
+import sys, yaml
+config = sys.argv[1]
+cluster = yaml.safe_load(open("e2e/kind/cluster.yaml"))
+path = "/etc/kubernetes/hugepage-scheduler-config.yaml"
+(control_plane,) = [n for n in cluster["nodes"] if n["role"] == "control-plane"]
+control_plane["extraMounts"] = [{"hostPath": config, "containerPath": path, "readOnly": True}]
+cluster.setdefault("kubeadmConfigPatches", []).append(yaml.safe_dump({
+    "kind": "ClusterConfiguration",
+    "scheduler": {
+        "extraArgs": [{"name": "config", "value": path}],
+        "extraVolumes": [{"name": "hugepage-scheduler-config", "hostPath": path, "mountPath": path,
+                          "readOnly": True, "pathType": "File"}],
+    },
+}))
+yaml.safe_dump(cluster, sys.stdout, sort_keys=False)
+PY
+cp "$workdir/hugepage-scheduler-config.yaml" "$artifacts/own-scheduler-config.yaml"
 log "creating cluster $cluster ($node_image)"
 cluster_created=1
-"$KIND" create cluster --name "$cluster" --config e2e/kind/cluster.yaml --image "$node_image" \
+"$KIND" create cluster --name "$cluster" --config "$workdir/cluster.yaml" --image "$node_image" \
   --kubeconfig "$kubeconfig" --retain
 phase "cluster create"
 
@@ -197,6 +229,7 @@ done
 "$KUBECTL" -n kube-system rollout status deployment/coredns --timeout=180s >/dev/null || die "coredns did not become ready"
 phase "cni + nodes ready"
 
+docker tag "$image_id" "$image"
 "$KIND" load docker-image "$image" --name "$cluster" >/dev/null
 phase "image load"
 

@@ -1,8 +1,10 @@
 """Scenarios on a kind cluster with real kubelets and real hugepages.
 
 Run by e2e/kind/run.sh, which builds the images offline, sizes the host's 2 MiB
-hugepage pool, creates the cluster, installs the chart (secondary scheduler,
-HTTPS + client certificates) and points ``KIND_E2E_KUBECONFIG`` at it. Where
+hugepage pool, creates the cluster, installs the chart (the secondary scheduler,
+each of its pods carrying its own extender on 127.0.0.1) and points
+``KIND_E2E_KUBECONFIG`` at it. The topology's own scenarios (failover, the
+verbs out of reach) are in test_topology.py. Where
 Docker cannot run at all, the whole module is skipped, by name and reason.
 
 kind nodes share the host's kernel: every kubelet reports the host's one pool
@@ -251,13 +253,21 @@ def assert_stays_pending(namespace: str, name: str, seconds: float = 15.0) -> No
 
 
 def extender_pods() -> list[str]:
-    selector = "app.kubernetes.io/instance=hugepage-extender,app.kubernetes.io/component=extender"
+    """The running pods that carry an extender: the secondary scheduler's (its sidecar)."""
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=scheduler"
     items = get_json("pods", "-n", NAMESPACE, "-l", selector, "--field-selector=status.phase=Running")["items"]
-    return [p["metadata"]["name"] for p in items]
+    return [p["metadata"]["name"] for p in items if p["metadata"].get("deletionTimestamp") is None]
+
+
+def leader() -> str:
+    """The scheduler pod holding the lease (holderIdentity is "<pod name>_<uuid>")."""
+    lease = get_json("lease", f"{RELEASE}-scheduler", "-n", NAMESPACE)
+    holder: str = lease["spec"].get("holderIdentity") or ""
+    return holder.split("_", 1)[0]
 
 
 def metric(pod: str, name: str, **labels: str) -> float:
-    """One extender replica's metric, read on its plain-HTTP probe port via the API server proxy."""
+    """One extender's metric, read on its plain-HTTP probe port via the API server proxy."""
     text = kubectl("get", "--raw", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}:8081/proxy/metrics")
     total = 0.0
     for line in text.splitlines():
@@ -287,7 +297,7 @@ def says_no_room(message: str) -> bool:
 # -- scenarios ------------------------------------------------------------------------------
 
 
-def test_extender_replicas_are_synced() -> None:
+def test_every_schedulers_extender_is_synced() -> None:
     replicas = extender_pods()
     assert len(replicas) == 2
     nodes = len(get_json("nodes")["items"])
@@ -336,42 +346,32 @@ def test_memory_backed_need_counts_against_the_pool(workers: list[str], pods: li
     assert node_of(MEMORY, "vm-guest") == w3
 
 
-def test_one_scheduler_reaches_one_replica(workers: list[str], pods: list[tuple[str, str]]) -> None:
+def test_only_the_leaders_own_extender_is_called(workers: list[str], pods: list[tuple[str, str]]) -> None:
     set_reserved(dict.fromkeys(workers))
-    create_pod(pods, ENFORCE, "affinity-probe", hugepages="256Mi")
-    node_of(ENFORCE, "affinity-probe")
+    create_pod(pods, ENFORCE, "leader-probe", hugepages="256Mi")
+    node_of(ENFORCE, "leader-probe")
     calls = {pod: metric(pod, "hugepage_extender_requests_total", verb="filter", code="200") for pod in extender_pods()}
-    # Service sessionAffinity ClientIP: the leader scheduler's calls all land on
-    # one replica, so in-flight placements are never split between replicas.
-    assert sorted(calls.values())[0] == 0.0, calls
-    assert sorted(calls.values())[1] > 0.0, calls
+    # The scheduler holding the lease calls the extender in its own pod on 127.0.0.1;
+    # the other replica's extender is synced but idle, so holds are never split.
+    holder = leader()
+    assert calls[holder] > 0.0, (holder, calls)
+    assert all(count == 0.0 for pod, count in calls.items() if pod != holder), (holder, calls)
     # The bind verb (values.yaml, the chart's default with the secondary scheduler): the
-    # replica that filtered the pods binds them; none reached the other replica (which would
-    # refuse a pod it did not filter).
-    serving = max(calls, key=lambda pod: calls[pod])
-    assert metric(serving, "hugepage_extender_binds_total", result="bound") > 0.0
+    # extender that filtered the pods binds them, and none refused one it had not filtered.
+    assert metric(holder, "hugepage_extender_binds_total", result="bound") > 0.0
     for pod in calls:
         assert metric(pod, "hugepage_extender_binds_total", result="refused") == 0.0, pod
 
 
 def test_flip_shadow_namespace_to_enforce_with_one_value(workers: list[str], pods: list[tuple[str, str]]) -> None:
-    def secret(name: str) -> str:
-        data: dict[str, str] = get_json("secret", name, "-n", NAMESPACE)["data"]
-        return data["tls.crt"]
-
-    def scheduler_template_hash() -> str:
+    def template_checksum(key: str) -> str:
         deployment = get_json("deployment", f"{RELEASE}-scheduler", "-n", NAMESPACE)
         annotations: dict[str, str] = deployment["spec"]["template"]["metadata"]["annotations"]
-        return annotations["checksum/config"]
+        return annotations[key]
 
-    def scheduler_pods() -> set[str]:
-        selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=scheduler"
-        return {p["metadata"]["uid"] for p in get_json("pods", "-n", NAMESPACE, "-l", selector)["items"]}
-
-    server_cert, client_cert = secret(f"{RELEASE}-tls"), secret(f"{RELEASE}-client-tls")
-    scheduler_checksum = scheduler_template_hash()
-    schedulers = scheduler_pods()
-    assert schedulers
+    scheduler_checksum = template_checksum("checksum/config")
+    extender_checksum = template_checksum("checksum/extender-config")
+    before = set(extender_pods())
     subprocess.run(
         [
             HELM,
@@ -392,14 +392,18 @@ def test_flip_shadow_namespace_to_enforce_with_one_value(workers: list[str], pod
         check=True,
         stdout=subprocess.DEVNULL,  # the release notes; errors go to stderr
     )
-    kubectl("rollout", "status", f"deployment/{RELEASE}", "-n", NAMESPACE, "--timeout=180s")
-    # The generated certificates survive the upgrade (read back with lookup),
-    # and the scheduler, whose config did not change, was not restarted.
-    assert secret(f"{RELEASE}-tls") == server_cert
-    assert secret(f"{RELEASE}-client-tls") == client_cert
-    assert scheduler_template_hash() == scheduler_checksum
-    assert scheduler_pods() == schedulers, "the upgrade restarted the scheduler"
-    wait_until("two ready extender replicas", lambda: len(extender_pods()) == 2, timeout=90, interval=1.0)
+    kubectl("rollout", "status", f"deployment/{RELEASE}-scheduler", "-n", NAMESPACE, "--timeout=180s")
+    # The extender's config changed, the scheduler's did not. The extenders ride in the
+    # scheduler's pods, so those roll (a new pod's scheduler starts once its extender is
+    # synced; the lease moves to a new pod), one at a time.
+    assert template_checksum("checksum/config") == scheduler_checksum
+    assert template_checksum("checksum/extender-config") != extender_checksum
+    wait_until(
+        "two new scheduler pods, one holding the lease",
+        lambda: len(after := set(extender_pods())) == 2 and not after & before and leader() in after,
+        timeout=120,
+        interval=1.0,
+    )
     time.sleep(WATCH_SETTLE_SECONDS)
     set_reserved(dict.fromkeys(workers, POOL))
     create_pod(pods, SHADOW, "now-enforced", hugepages="512Mi")
@@ -647,55 +651,6 @@ def test_ab_pods_needing_hugepages_do_not_fail_on_the_node(workers: list[str]) -
     assert enforce["pending"], enforce
     for name, message in enforce["pending"].items():
         assert says_no_room(message), (name, message)
-
-
-# -- the extender itself ---------------------------------------------------------------------
-
-
-def test_replica_deleted_during_a_burst_over_commits_nothing_and_loses_nothing(
-    workers: list[str], pods: list[tuple[str, str]]
-) -> None:
-    # 256Mi of room on each worker (the rest held outside pods), 16 pods of 64Mi:
-    # 12 fit. The replica the scheduler talks to is deleted mid-burst.
-    room = 256 * MI
-    set_reserved(dict.fromkeys(workers, f"{(POOL_PAGES * PAGE - room) // MI}Mi"))
-    serving = max(extender_pods(), key=lambda pod: metric(pod, "hugepage_extender_requests_total", verb="filter"))
-    names = [f"burst-{i:02d}" for i in range(16)]
-    for name in names:
-        create_pod(pods, ENFORCE, name, hugepages="64Mi")
-    wait_until(
-        "a few pods of the burst to be bound",
-        lambda: sum(bool(p["spec"].get("nodeName")) for p in get_json("pods", "-n", ENFORCE)["items"]) >= 3,
-        timeout=60,
-        interval=0.2,
-    )
-    kubectl("delete", "pod", serving, "-n", NAMESPACE, "--wait=false")
-
-    def placed() -> dict[str, list[str]] | None:
-        items = {p["metadata"]["name"]: p for p in get_json("pods", "-n", ENFORCE)["items"]}
-        by_node: dict[str, list[str]] = {}
-        for name in names:
-            node = items[name]["spec"].get("nodeName")
-            if node:
-                by_node.setdefault(node, []).append(name)
-        bound = sum(len(v) for v in by_node.values())
-        return by_node if bound == 12 else None
-
-    by_node = wait_until("12 of the 16 pods to be bound", placed, timeout=240, interval=1.0)
-    per_node = ", ".join(f"{node}: {len(on_node)}" for node, on_node in sorted(by_node.items()))
-    print(f"\nburst with a replica deleted ({serving}): bound per node {per_node}")
-    # Nothing over-committed: at most 4 pods of 64Mi on any node.
-    for node, on_node in by_node.items():
-        assert len(on_node) * 64 * MI <= room, (node, on_node)
-    # Nothing lost: the other 4 wait, with the extender's reason, and stay.
-    messages = scheduling_messages(ENFORCE)
-    pending = [n for n in names if all(n not in v for v in by_node.values())]
-    assert len(pending) == 4
-    for name in pending:
-        assert says_no_room(messages.get(name, "")), (name, messages.get(name))
-    time.sleep(WATCH_SETTLE_SECONDS)
-    assert placed() is not None, "a pending pod was placed later: over-commit"
-    wait_until("two ready extender replicas again", lambda: len(extender_pods()) == 2, timeout=120, interval=1.0)
 
 
 # -- the node agent ----------------------------------------------------------------------------

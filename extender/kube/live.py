@@ -167,7 +167,11 @@ def extender_url_of_service(api: client.ApiClient, namespace: str, name: str) ->
     raw = _call(f"get service {namespace}/{name}", core.read_namespaced_service, name, namespace)
     url = (msgspec.json.decode(raw, type=_Service).metadata.annotations or {}).get(URL_ANNOTATION)
     if not url:
-        raise LiveReadError(f"service {namespace}/{name} has no {URL_ANNOTATION} annotation (not the chart's Service?)")
+        raise LiveReadError(
+            f"service {namespace}/{name} has no {URL_ANNOTATION} annotation: only the chart's topology=service "
+            "serves the verbs behind a Service; beside the scheduler (the default) they listen on its pod's "
+            "127.0.0.1: kubectl port-forward to the lease holder and pass --extender http://127.0.0.1:8888"
+        )
     return url
 
 

@@ -23,7 +23,7 @@ from extender.policy import POLICY_FIELDS, POLICY_KEYS, Mode, Policy, Widening, 
 from tests.conftest import other_value
 
 from .chartlib import CHART, CI_VALUES, Helm, Rendered
-from .test_render import effective, is_bind
+from .test_render import effective, is_bind, is_loopback, is_mtls, is_tls, the_extender_container, topology_of
 
 EXTENDER = "hugepage-extender"
 
@@ -140,29 +140,29 @@ def test_each_knob_set_through_the_chart_reaches_the_extender(helm: Helm, name: 
     assert config.policy_for("roundtrip") == dataclasses.replace(Policy(), **{name: other_value(name)})
 
 
-def extender_args(rendered: Rendered) -> list[str]:
-    deployment = rendered.get("Deployment", EXTENDER)
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    args: list[str] = container["args"]
+def extender_args(rendered: Rendered, scenario: str) -> list[str]:
+    args: list[str] = the_extender_container(rendered, topology_of(scenario))["args"]
     return args
 
 
 @pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.name)
 def test_container_args_parse_with_the_extender_cli(helm: Helm, values: Path) -> None:
     rendered = helm.template(values=[values])
-    args = build_parser().parse_args(extender_args(rendered))
+    scenario = values.name.removesuffix("-values.yaml")
+    args = build_parser().parse_args(extender_args(rendered, scenario))
     assert args.command == "serve"
     assert args.in_cluster is True
     assert args.kubeconfig is None
     assert args.snapshot is None
-    assert args.host == "0.0.0.0"  # noqa: S104 - a pod serves on its own IP
+    # Loopback: only the scheduler beside it; behind a Service: the pod's own IP.
+    assert args.host == ("127.0.0.1" if is_loopback(scenario) else "0.0.0.0")  # noqa: S104
+    assert args.probe_host == "0.0.0.0"  # noqa: S104 - the kubelet's probes and Prometheus
     assert args.port == 8888
     assert args.probe_port == 8081
-    wanted = effective(values.name.removesuffix("-values.yaml"))
-    assert args.enable_bind is is_bind(values.name.removesuffix("-values.yaml"))
-    tls = wanted["tls"]
-    assert (args.tls_cert_file is not None) is bool(tls["enabled"])
-    assert (args.client_ca_file is not None) is bool(tls["clientAuth"]["enabled"])
+    wanted = effective(scenario)
+    assert args.enable_bind is is_bind(scenario)
+    assert (args.tls_cert_file is not None) is is_tls(scenario)
+    assert (args.client_ca_file is not None) is is_mtls(scenario)
     assert args.drain_seconds + args.shutdown_timeout < wanted["terminationGracePeriodSeconds"]
     if args.enable_bind:
         # under the scheduler's httpTimeout

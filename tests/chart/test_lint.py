@@ -11,7 +11,7 @@ from .chartlib import CHART, CI_VALUES, Helm
 
 def test_ci_scenarios_exist() -> None:
     names = {p.name for p in CI_VALUES}
-    # modes, TLS on/off, bind on/off, secondary vs own scheduler
+    # modes, TLS on/off, bind on/off, secondary vs own scheduler, the three topologies
     for expected in (
         "default-values.yaml",
         "enforce-values.yaml",
@@ -23,6 +23,8 @@ def test_ci_scenarios_exist() -> None:
         "tls-secret-values.yaml",
         "tls-values-values.yaml",
         "own-scheduler-values.yaml",
+        "own-service-values.yaml",
+        "loopback-tls-values.yaml",
         "monitoring-values.yaml",
     ):
         assert expected in names

@@ -33,10 +33,9 @@ def test_default_manifest_is_the_default_install() -> None:
         "ConfigMap",
         "CustomResourceDefinition",  # the node agent's records
         "DaemonSet",  # the node agent
-        "Deployment",
+        "Deployment",  # the secondary scheduler, the extender its sidecar
         "MutatingAdmissionPolicy",  # marks pods by their namespace's mode (decision 0005)
         "MutatingAdmissionPolicyBinding",
-        "NetworkPolicy",
         "PodDisruptionBudget",
         "Role",
         "RoleBinding",
@@ -59,6 +58,9 @@ def test_default_manifest_is_the_default_install() -> None:
         "kube-system",
     }
     assert not [d for d in docs if d["kind"] == "Secret"]  # deterministic: no generated certificates
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    sidecars = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert [c["name"] for c in sidecars] == ["extender"]
 
 
 def test_scheduler_examples_are_scheduler_configurations() -> None:
@@ -76,4 +78,4 @@ def test_scheduler_examples_are_scheduler_configurations() -> None:
     own = yaml.safe_load((ROOT / "manifests" / GENERATED[2]).read_text())
     assert own["percentageOfNodesToScore"] == 100
     assert own["clientConnection"]["kubeconfig"] == "/etc/kubernetes/scheduler.conf"
-    assert own["extenders"][0]["urlPrefix"] == "http://10.96.0.88:8888"
+    assert own["extenders"][0]["urlPrefix"] == "http://127.0.0.1:8888"  # the DaemonSet on its node

@@ -54,7 +54,7 @@ def test_the_agent_can_live_in_a_privileged_namespace_of_its_own(helm: Helm) -> 
     assert rendered.get("ServiceAccount", AGENT)["metadata"]["namespace"] == "kube-system"
     (condition,) = rendered.get("ValidatingAdmissionPolicy", AGENT)["spec"]["matchConditions"]
     assert f"system:serviceaccount:kube-system:{AGENT}" in condition["expression"]
-    assert rendered.get("Deployment", RELEASE)["metadata"]["namespace"] == NAMESPACE
+    assert rendered.get("Deployment", f"{RELEASE}-scheduler")["metadata"]["namespace"] == NAMESPACE
 
 
 def test_disabled_renders_no_agent(helm: Helm) -> None:

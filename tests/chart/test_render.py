@@ -55,11 +55,31 @@ def values_of(name: str) -> dict[str, Any]:
     return loaded
 
 
-def container(deployment: Doc, name: str) -> Doc:
-    found = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+def container(workload: Doc, name: str) -> Doc:
+    """A container of a Deployment or DaemonSet, the native sidecars (initContainers) included."""
+    pod = workload["spec"]["template"]["spec"]
+    found = [c for c in [*pod.get("initContainers", []), *pod["containers"]] if c["name"] == name]
     assert len(found) == 1
     result: Doc = found[0]
     return result
+
+
+# Where each topology puts the extender: in the secondary scheduler's pods, in a
+# DaemonSet on the control-plane nodes, or in a Deployment of its own behind a Service.
+WORKLOAD = {
+    "sidecar": ("Deployment", SCHEDULER),
+    "controlPlane": ("DaemonSet", EXTENDER),
+    "service": ("Deployment", EXTENDER),
+}
+
+
+def extender_workload(rendered: Rendered, topology: str) -> Doc:
+    kind, name = WORKLOAD[topology]
+    return rendered.get(kind, name)
+
+
+def the_extender_container(rendered: Rendered, topology: str) -> Doc:
+    return container(extender_workload(rendered, topology), "extender")
 
 
 def scheduler_config(rendered: Rendered) -> Doc:
@@ -99,16 +119,29 @@ def effective(name: str) -> dict[str, Any]:
     return merged
 
 
+def is_own(name: str) -> bool:
+    return bool(values_of(name).get("scheduler", {}).get("mode") == "own")
+
+
+def topology_of(name: str) -> str:
+    """topology when set, else by scheduler.mode: the sidecar (secondary) or the control-plane DaemonSet (own)."""
+    explicit = str(effective(name).get("topology") or "")
+    return explicit or ("controlPlane" if is_own(name) else "sidecar")
+
+
+def is_loopback(name: str) -> bool:
+    return topology_of(name) != "service"
+
+
 def is_tls(name: str) -> bool:
-    return bool(effective(name)["tls"]["enabled"])
+    """tls.enabled when set, else on only behind a Service (the verbs on a network port)."""
+    explicit = effective(name)["tls"]["enabled"]
+    return explicit if isinstance(explicit, bool) else not is_loopback(name)
 
 
 def is_mtls(name: str) -> bool:
-    return bool(effective(name)["tls"]["clientAuth"]["enabled"])
-
-
-def is_own(name: str) -> bool:
-    return bool(values_of(name).get("scheduler", {}).get("mode") == "own")
+    explicit = effective(name)["tls"]["clientAuth"]["enabled"]
+    return explicit if isinstance(explicit, bool) else is_tls(name)
 
 
 def is_bind(name: str) -> bool:
@@ -153,11 +186,11 @@ def test_names_are_truncated_to_63(helm: Helm, release: str, set_values: dict[st
         assert len(name) <= 63, name
         assert DNS_LABEL.match(name), name
     deployments = [d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"]
-    assert sorted(name.endswith("-scheduler") for name in deployments) == [False, True]
+    assert [name.endswith("-scheduler") for name in deployments] == [True]  # the extender is its sidecar
 
 
 def test_selector_labels_are_a_stable_subset(renders: dict[str, Rendered]) -> None:
-    deployment = renders["default"].get("Deployment", EXTENDER)
+    deployment = renders["mtls-generated"].get("Deployment", EXTENDER)
     selector = deployment["spec"]["selector"]["matchLabels"]
     # No version or chart label in the immutable selector: upgrades must not change it.
     assert selector == {
@@ -166,16 +199,19 @@ def test_selector_labels_are_a_stable_subset(renders: dict[str, Rendered]) -> No
         "app.kubernetes.io/component": "extender",
     }
     assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
-    service = renders["default"].get("Service", EXTENDER)
+    service = renders["mtls-generated"].get("Service", EXTENDER)
     assert service["spec"]["selector"] == selector
+    # The default's metrics Service selects the scheduler pods, which carry the extender.
+    scheduler = renders["default"].get("Deployment", SCHEDULER)["spec"]["selector"]["matchLabels"]
+    assert renders["default"].get("Service", EXTENDER)["spec"]["selector"] == scheduler
 
 
-# -- the extender Deployment ------------------------------------------------------
+# -- the extender's pods ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("scenario", sorted(CI))
 def test_extender_pods_are_hardened(renders: dict[str, Rendered], scenario: str) -> None:
-    deployment = renders[scenario].get("Deployment", EXTENDER)
+    deployment = extender_workload(renders[scenario], topology_of(scenario))
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 65532
@@ -192,18 +228,72 @@ def test_extender_pods_are_hardened(renders: dict[str, Rendered], scenario: str)
 
 @pytest.mark.parametrize("scenario", sorted(CI))
 def test_extender_probes_use_the_plain_http_probe_port(renders: dict[str, Rendered], scenario: str) -> None:
-    extender = container(renders[scenario].get("Deployment", EXTENDER), "extender")
+    extender = the_extender_container(renders[scenario], topology_of(scenario))
     ports = {p["name"]: p["containerPort"] for p in extender["ports"]}
     assert extender["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probe"}
     assert extender["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probe"}
-    assert extender["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "probe"}
+    # Liveness waits for the first sync; the sidecar's kube-scheduler starts only after it.
+    assert extender["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "probe"}
     assert f"--probe-port={ports['probe']}" in extender["args"]
-    assert f"--port={ports['extender']}" in extender["args"]
+    assert "--probe-host=0.0.0.0" in extender["args"]  # the kubelet and Prometheus reach it
+    assert "--port=8888" in extender["args"]
+    if is_loopback(scenario):
+        # The verbs listen on loopback only, and declare no port.
+        assert "--host=127.0.0.1" in extender["args"]
+        assert set(ports) == {"probe"}
+    else:
+        assert "--host=0.0.0.0" in extender["args"]
+        assert ports["extender"] == 8888
     assert "scheme" not in extender["readinessProbe"]["httpGet"]  # HTTP even when the verbs are HTTPS
 
 
-def test_extender_defaults_for_availability(renders: dict[str, Rendered]) -> None:
+def test_the_sidecar_is_synced_before_its_scheduler_starts(renders: dict[str, Rendered]) -> None:
     rendered = renders["default"]
+    deployment = rendered.get("Deployment", SCHEDULER)
+    pod = deployment["spec"]["template"]["spec"]
+    # A native sidecar: started before kube-scheduler, which the kubelet starts once the
+    # sidecar's startupProbe (/readyz: the cluster state synced) passes; stopped after it.
+    (sidecar,) = pod["initContainers"]
+    assert sidecar["name"] == "extender"
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["startupProbe"]["httpGet"]["path"] == "/readyz"
+    assert [c["name"] for c in pod["containers"]] == ["kube-scheduler"]
+    assert the_extender(scheduler_config(rendered))["urlPrefix"] == "http://127.0.0.1:8888"
+    # Each scheduler replica carries its own extender; one holds the lease.
+    assert deployment["spec"]["replicas"] == 2
+    assert scheduler_config(rendered)["leaderElection"]["leaderElect"] is True
+    budget = rendered.get("PodDisruptionBudget", SCHEDULER)
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    assert pod["terminationGracePeriodSeconds"] > 10  # above --shutdown-timeout=10
+    # Nothing of the Service topology: no extender Deployment, budget, NetworkPolicy or ServiceAccount.
+    assert not rendered.has("Deployment", EXTENDER)
+    assert not rendered.has("PodDisruptionBudget", EXTENDER)
+    assert not rendered.all("NetworkPolicy")
+    assert not rendered.has("ServiceAccount", EXTENDER)
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert {"checksum/config", "checksum/extender-config"} <= set(annotations)
+
+
+def test_the_control_plane_daemonset_runs_beside_the_static_scheduler(renders: dict[str, Rendered]) -> None:
+    rendered = renders["own-scheduler"]
+    daemonset = rendered.get("DaemonSet", EXTENDER)
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}
+    assert {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    assert "--host=127.0.0.1" in container(daemonset, "extender")["args"]
+    assert daemonset["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": 1}
+    assert the_extender(scheduler_config(rendered))["urlPrefix"] == "http://127.0.0.1:8888"
+    assert not rendered.all("Deployment")
+    assert not rendered.all("NetworkPolicy")
+    assert not rendered.has("PodDisruptionBudget", EXTENDER)
+
+
+def test_extender_defaults_for_availability(renders: dict[str, Rendered]) -> None:
+    rendered = renders["mtls-generated"]  # topology service
     deployment = rendered.get("Deployment", EXTENDER)
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
@@ -221,13 +311,13 @@ def test_extender_defaults_for_availability(renders: dict[str, Rendered]) -> Non
 
 
 def test_pod_namespace_comes_from_the_downward_api(renders: dict[str, Rendered]) -> None:
-    env = {e["name"]: e for e in container(renders["default"].get("Deployment", EXTENDER), "extender")["env"]}
+    env = {e["name"]: e for e in the_extender_container(renders["default"], "sidecar")["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
 
 
 @pytest.mark.parametrize("scenario", sorted(CI))
 def test_config_flag_names_the_mounted_config_map_key(renders: dict[str, Rendered], scenario: str) -> None:
-    deployment = renders[scenario].get("Deployment", EXTENDER)
+    deployment = extender_workload(renders[scenario], topology_of(scenario))
     extender = container(deployment, "extender")
     assert extender["args"][:2] == ["serve", "--in-cluster"]
     (config_arg,) = [a for a in extender["args"] if a.startswith("--config=")]
@@ -240,7 +330,7 @@ def test_config_flag_names_the_mounted_config_map_key(renders: dict[str, Rendere
 
 @pytest.mark.parametrize("scenario", sorted(CI))
 def test_tls_flags_match_mounted_secrets(renders: dict[str, Rendered], scenario: str) -> None:
-    deployment = renders[scenario].get("Deployment", EXTENDER)
+    deployment = extender_workload(renders[scenario], topology_of(scenario))
     args = container(deployment, "extender")["args"]
     mounts = {m["mountPath"]: m["name"] for m in container(deployment, "extender")["volumeMounts"]}
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
@@ -260,15 +350,18 @@ def test_tls_flags_match_mounted_secrets(renders: dict[str, Rendered], scenario:
 
 @pytest.mark.parametrize("scenario", sorted(CI))
 def test_checksum_annotations_roll_the_pods(renders: dict[str, Rendered], scenario: str) -> None:
-    annotations = renders[scenario].get("Deployment", EXTENDER)["spec"]["template"]["metadata"]["annotations"]
-    assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/config"])
-    assert ("checksum/tls" in annotations) == is_tls(scenario)
+    topology = topology_of(scenario)
+    annotations = extender_workload(renders[scenario], topology)["spec"]["template"]["metadata"]["annotations"]
+    # In the scheduler's pods, checksum/config is the scheduler's own configuration.
+    prefix = "checksum/extender-" if topology == "sidecar" else "checksum/"
+    assert re.fullmatch(r"[0-9a-f]{64}", annotations[f"{prefix}config"])
+    assert (f"{prefix}tls" in annotations) == is_tls(scenario)
 
 
 def test_config_change_changes_the_checksum_and_nothing_else_does(helm: Helm) -> None:
     def checksum(set_values: dict[str, str]) -> str:
-        deployment = helm.template(set_values=set_values).get("Deployment", EXTENDER)
-        value: str = deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        deployment = helm.template(set_values=set_values).get("Deployment", SCHEDULER)
+        value: str = deployment["spec"]["template"]["metadata"]["annotations"]["checksum/extender-config"]
         return value
 
     base = checksum({})
@@ -279,7 +372,21 @@ def test_config_change_changes_the_checksum_and_nothing_else_does(helm: Helm) ->
 # -- Service and RBAC -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", sorted(CI))
+@pytest.mark.parametrize("scenario", sorted(name for name in CI if is_loopback(name)))
+def test_loopback_topologies_have_a_metrics_service_only(renders: dict[str, Rendered], scenario: str) -> None:
+    rendered = renders[scenario]
+    service = rendered.get("Service", EXTENDER)
+    assert [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+    assert service["spec"]["ports"][0]["targetPort"] == "probe"
+    assert "sessionAffinity" not in service["spec"]
+    assert service["spec"]["publishNotReadyAddresses"] is True  # the not-ready alert reads unready pods too
+    assert "hugepage-extender.io/url" not in (service["metadata"].get("annotations") or {})
+    workload = extender_workload(rendered, topology_of(scenario))
+    assert service["spec"]["selector"] == workload["spec"]["selector"]["matchLabels"]
+    assert [s["metadata"]["name"] for s in rendered.all("Service")] == [EXTENDER]
+
+
+@pytest.mark.parametrize("scenario", sorted(name for name in CI if not is_loopback(name)))
 def test_service_keeps_one_scheduler_on_one_replica(renders: dict[str, Rendered], scenario: str) -> None:
     service = renders[scenario].get("Service", EXTENDER)
     assert service["spec"]["sessionAffinity"] == "ClientIP"
@@ -313,7 +420,9 @@ def test_extender_cluster_role_is_least_privilege(renders: dict[str, Rendered], 
     assert all("resourceNames" not in rule for rule in rules)
     binding = renders[scenario].get("ClusterRoleBinding", EXTENDER)
     assert binding["roleRef"]["name"] == EXTENDER
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER, "namespace": NAMESPACE}]
+    # The sidecar runs as its pod's ServiceAccount, the scheduler's.
+    account = SCHEDULER if topology_of(scenario) == "sidecar" else EXTENDER
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
 
 
 # -- the scheduler ----------------------------------------------------------------
@@ -343,7 +452,9 @@ def test_scheduler_config_is_wired_for_the_extender(renders: dict[str, Rendered]
     if is_bind(scenario):
         assert extender["bindVerb"] == "bind"
     scheme = "https" if is_tls(scenario) else "http"
-    if is_own(scenario):
+    if is_loopback(scenario):
+        assert extender["urlPrefix"] == f"{scheme}://127.0.0.1:8888"
+    elif is_own(scenario):
         cluster_ip = values_of(scenario)["service"]["clusterIP"]
         assert extender["urlPrefix"] == f"{scheme}://{cluster_ip}:8888"
     else:
@@ -361,7 +472,10 @@ def test_https_always_comes_with_the_ca(renders: dict[str, Rendered], scenario: 
     assert "insecure" not in tls
     ca = base64.b64decode(tls["caData"], validate=True).decode()
     assert ca.startswith("-----BEGIN CERTIFICATE-----")
-    assert tls["serverName"] == f"{EXTENDER}.{NAMESPACE}.svc"
+    if is_loopback(scenario):
+        assert "serverName" not in tls  # the scheduler checks 127.0.0.1, which the certificate names
+    else:
+        assert tls["serverName"] == f"{EXTENDER}.{NAMESPACE}.svc"
     secret_name = effective(scenario)["tls"].get("existingSecret") or f"{EXTENDER}-tls"
     rendered = renders[scenario]
     if rendered.has("Secret", secret_name):
@@ -390,7 +504,7 @@ def test_enforcing_namespaces_fail_closed_and_shadow_fails_open_in_every_scenari
         assert enforce.get(key) == shadow.get(key), key
 
 
-OWN = {"scheduler.mode": "own", "service.clusterIP": "10.96.0.88", "networkPolicy.enabled": "false"}
+OWN = {"scheduler.mode": "own"}
 
 
 @pytest.mark.parametrize(
@@ -410,7 +524,7 @@ def test_bind_defaults_by_mode_and_everything_follows_it(helm: Helm, set_values:
     bind.enabled wins. The scheduler's bindVerb, the extender's flags and its RBAC all agree."""
     rendered = helm.template(set_values=set_values)
     assert ("bindVerb" in the_extender(scheduler_config(rendered))) is bind
-    args = container(rendered.get("Deployment", EXTENDER), "extender")["args"]
+    args = the_extender_container(rendered, "controlPlane" if "scheduler.mode" in set_values else "sidecar")["args"]
     assert ("--enable-bind" in args) is bind
     assert any(a.startswith("--bind-timeout-seconds=") for a in args) is bind
     rules = rendered.get("ClusterRole", EXTENDER)["rules"]
@@ -422,7 +536,9 @@ def test_the_kind_suites_values_render_with_the_bind_verb(helm: Helm) -> None:
     rendered = helm.template(values=[ROOT / "e2e" / "kind" / "values.yaml"])
     extender = the_extender(scheduler_config(rendered))
     assert extender["bindVerb"] == "bind"
-    assert "--enable-bind" in container(rendered.get("Deployment", EXTENDER), "extender")["args"]
+    assert extender["ignorable"] is False  # the enforce entry
+    assert extender["urlPrefix"] == "http://127.0.0.1:8888"  # the sidecar, the chart's default
+    assert "--enable-bind" in the_extender_container(rendered, "sidecar")["args"]
 
 
 def test_default_bind_lets_an_enforcing_filter_admit_every_node(helm: Helm) -> None:
@@ -436,7 +552,8 @@ def test_secondary_scheduler_deployment(renders: dict[str, Rendered], scenario: 
     rendered = renders[scenario]
     if is_own(scenario):
         assert [r["metadata"]["name"] for r in rendered.all("Role")] == [f"{EXTENDER}-nudge"]  # no scheduler roles
-        assert [d["metadata"]["name"] for d in rendered.all("Deployment")] == [EXTENDER]
+        own_deployments = [EXTENDER] if topology_of(scenario) == "service" else []
+        assert [d["metadata"]["name"] for d in rendered.all("Deployment")] == own_deployments
         bindings = [b["metadata"]["name"] for b in rendered.all("ClusterRoleBinding")]
         assert sorted(bindings) == [EXTENDER, f"{EXTENDER}-node-agent"]  # no scheduler bindings
         return
@@ -472,7 +589,8 @@ def test_secondary_scheduler_rbac(renders: dict[str, Rendered], scenario: str) -
     rendered = renders[scenario]
     subject = {"kind": "ServiceAccount", "name": SCHEDULER, "namespace": NAMESPACE}
     cluster_roles = {b["roleRef"]["name"] for b in rendered.all("ClusterRoleBinding") if b["subjects"] == [subject]}
-    assert cluster_roles == {"system:kube-scheduler", "system:volume-scheduler"}
+    sidecar = {EXTENDER} if topology_of(scenario) == "sidecar" else set()  # the extender's role, for its sidecar
+    assert cluster_roles == {"system:kube-scheduler", "system:volume-scheduler"} | sidecar
     reader = rendered.get("RoleBinding", f"{SCHEDULER}-authentication-reader")
     assert reader["metadata"]["namespace"] == "kube-system"
     assert reader["roleRef"] == {
@@ -502,11 +620,9 @@ def test_monitoring_objects(renders: dict[str, Rendered]) -> None:
     dashboard = rendered.get("ConfigMap", f"{EXTENDER}-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     json.loads(dashboard["data"]["hugepage-extender.json"])
-    assert rendered.get("PodDisruptionBudget", EXTENDER)["spec"] == {
-        "minAvailable": 2,
-        "unhealthyPodEvictionPolicy": "AlwaysAllow",
-        "selector": rendered.get("Deployment", EXTENDER)["spec"]["selector"],
-    }
+    # The metrics Service selects the pods that carry the extenders: the scheduler's.
+    selector = rendered.get("Service", EXTENDER)["spec"]["selector"]
+    assert selector == rendered.get("Deployment", SCHEDULER)["spec"]["selector"]["matchLabels"]
     assert not renders["default"].all("ServiceMonitor")
     assert not renders["default"].has("ConfigMap", f"{EXTENDER}-dashboard")
 
@@ -518,8 +634,11 @@ def test_network_policy_admits_only_the_scheduler_on_the_verbs(renders: dict[str
     scheduler_labels = renders["mtls-generated"].get("Deployment", SCHEDULER)["spec"]["selector"]["matchLabels"]
     assert verbs["from"] == [{"podSelector": {"matchLabels": scheduler_labels}}]
     assert probes["ports"] == [{"port": "probe", "protocol": "TCP"}]
-    own = renders["own-scheduler"].get("NetworkPolicy", EXTENDER)
+    own = renders["own-service"].get("NetworkPolicy", EXTENDER)
     assert own["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "172.18.0.0/16"}}]
+    # On loopback nothing else reaches the verbs: no policy, whatever networkPolicy.enabled says.
+    for scenario in (name for name in CI if is_loopback(name)):
+        assert not renders[scenario].all("NetworkPolicy"), scenario
 
 
 # -- refusals: combinations the schema cannot see -----------------------------------
@@ -529,14 +648,24 @@ def test_network_policy_admits_only_the_scheduler_on_the_verbs(renders: dict[str
     ("set_values", "message"),
     [
         pytest.param(
-            {"scheduler.mode": "own"},
-            "scheduler.mode=own: the cluster's kube-scheduler runs on the host network",
-            id="own-needs-cluster-ip",
+            {"scheduler.mode": "own", "topology": "service"},
+            "scheduler.mode=own with topology=service: the cluster's kube-scheduler runs on the host network",
+            id="own-service-needs-cluster-ip",
         ),
         pytest.param(
-            {"tls.enabled": "false"},
+            {"tls.clientAuth.enabled": "true"},
             "tls.clientAuth.enabled needs tls.enabled",
             id="mtls-needs-tls",
+        ),
+        pytest.param(
+            {"scheduler.mode": "own", "topology": "sidecar"},
+            "topology=sidecar puts the extender in the chart's secondary scheduler pods",
+            id="sidecar-needs-the-secondary-scheduler",
+        ),
+        pytest.param(
+            {"topology": "controlPlane"},
+            "topology=controlPlane runs the extender beside the cluster's own kube-scheduler",
+            id="control-plane-needs-own-mode",
         ),
         pytest.param(
             {"tls.enabled": "true", "tls.source": "values"},
@@ -594,7 +723,7 @@ def test_network_policy_admits_only_the_scheduler_on_the_verbs(renders: dict[str
             id="default-bind-within-http-timeout",
         ),
         pytest.param(
-            {"scheduler.mode": "own", "service.clusterIP": "10.96.0.88", "networkPolicy.enabled": "true"},
+            {"scheduler.mode": "own", "topology": "service", "service.clusterIP": "10.96.0.88"},
             "list them in networkPolicy.extraExtenderFrom",
             id="own-network-policy-needs-peers",
         ),
@@ -625,6 +754,7 @@ def test_own_mode_reaches_an_ipv6_cluster_ip_in_brackets(helm: Helm) -> None:
     rendered = helm.template(
         set_values={
             "scheduler.mode": "own",
+            "topology": "service",
             "service.clusterIP": "fd00:10:96::88",
             "networkPolicy.extraExtenderFrom[0].ipBlock.cidr": "fd00::/64",
         }
@@ -635,7 +765,7 @@ def test_own_mode_reaches_an_ipv6_cluster_ip_in_brackets(helm: Helm) -> None:
 def test_image_digest_wins_over_tag(helm: Helm) -> None:
     digest = "sha256:" + "ab" * 32
     rendered = helm.template(set_values={"image.digest": digest, "scheduler.image.digest": digest})
-    assert container(rendered.get("Deployment", EXTENDER), "extender")["image"] == (
+    assert the_extender_container(rendered, "sidecar")["image"] == (
         f"ghcr.io/hugepage-extender/hugepage-extender@{digest}"
     )
     assert container(rendered.get("Deployment", SCHEDULER), "kube-scheduler")["image"] == (
@@ -645,7 +775,7 @@ def test_image_digest_wins_over_tag(helm: Helm) -> None:
 
 def test_default_image_is_the_app_version(renders: dict[str, Rendered]) -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    image = container(renders["default"].get("Deployment", EXTENDER), "extender")["image"]
+    image = the_extender_container(renders["default"], "sidecar")["image"]
     assert image == f"ghcr.io/hugepage-extender/hugepage-extender:{chart['appVersion']}"
 
 
@@ -660,7 +790,10 @@ def render_notes(helm: Helm, chart: Path, values: list[Path], set_values: dict[s
 
 def test_notes_tell_the_next_step_secondary(helm: Helm, notes_chart: Path) -> None:
     notes = render_notes(helm, notes_chart, [CI["namespaces"]])
-    assert f"https://{EXTENDER}.{NAMESPACE}.svc:8888" in notes  # mTLS by default
+    assert "Topology: sidecar (a container in each scheduler pod)" in notes
+    assert "http://127.0.0.1:8888" in notes  # its own extender, on loopback
+    assert f"get lease {SCHEDULER}" in notes  # /debug/state: port-forward to the leader
+    assert "port-forward pod/${leader%%_*} 8888" in notes
     assert "schedulerName: hugepage-scheduler-1g" in notes
     assert "per-namespace: payments=enforce vms=enforce" in notes
     assert "When the extender cannot answer: pods of enforcing namespaces wait" in notes
@@ -673,8 +806,24 @@ def test_notes_tell_the_next_step_secondary(helm: Helm, notes_chart: Path) -> No
     assert snippet["extenders"][1]["ignorable"] is True
 
 
+def test_notes_say_a_config_change_rolls_the_sidecar_schedulers(helm: Helm, notes_chart: Path) -> None:
+    # With the sidecar every config change rolls the scheduler's pods: the notes say so.
+    sidecar = render_notes(helm, notes_chart, [CI["default"]])
+    assert "the scheduler\n   pods roll, since they carry the extenders" in sidecar
+
+
 def test_notes_tell_the_next_step_own(helm: Helm, notes_chart: Path) -> None:
     notes = render_notes(helm, notes_chart, [CI["own-scheduler"]])
+    assert "Topology: controlPlane (a DaemonSet on the control-plane nodes, host network)" in notes
+    assert f"rollout status daemonset/{EXTENDER}" in notes
+    assert "http://127.0.0.1:8888" in notes
+    assert f"get configmap {SCHEDULER}" in notes
+    assert "client-tls" not in notes  # no certificates on loopback by default
+    assert "get lease kube-scheduler" in notes
+
+
+def test_notes_tell_the_next_step_own_behind_a_service(helm: Helm, notes_chart: Path) -> None:
+    notes = render_notes(helm, notes_chart, [CI["own-service"]])
     assert "https://10.96.0.88:8888" in notes
     assert f"get configmap {SCHEDULER}" in notes
     assert f"get secret {EXTENDER}-client-tls" in notes
@@ -685,14 +834,7 @@ def test_notes_tell_the_next_step_own(helm: Helm, notes_chart: Path) -> None:
 
 
 def test_percentage_of_nodes_to_score_is_a_value(helm: Helm) -> None:
-    own = helm.template(
-        set_values={
-            "scheduler.mode": "own",
-            "service.clusterIP": "10.96.0.88",
-            "networkPolicy.enabled": "false",
-            "scheduler.percentageOfNodesToScore": "0",
-        }
-    )
+    own = helm.template(set_values={"scheduler.mode": "own", "scheduler.percentageOfNodesToScore": "0"})
     assert scheduler_config(own)["percentageOfNodesToScore"] == 0
     secondary = helm.template(set_values={"scheduler.percentageOfNodesToScore": "50"})
     assert scheduler_config(secondary)["profiles"][0]["percentageOfNodesToScore"] == 50
@@ -750,16 +892,25 @@ def test_the_marker_policy_resolves_modes_as_the_extender_does(
         assert variables["fromMemory"] == from_memory
 
 
-def test_the_nudge_may_patch_pods_of_its_own_namespace_only(renders: dict[str, Rendered]) -> None:
-    rendered = renders["default"]
+@pytest.mark.parametrize(("scenario", "identity"), [("default", SCHEDULER), ("mtls-generated", EXTENDER)])
+def test_the_nudge_may_patch_pods_of_its_own_namespace_only(
+    renders: dict[str, Rendered], scenario: str, identity: str
+) -> None:
+    """The identity the extender runs as (the scheduler's with the sidecar) may patch pods of its own
+    namespace; the policy narrows that to the nudge annotation, and matches updates only (with the
+    sidecar the identity is the scheduler's, which deletes preemption's victims)."""
+    rendered = renders[scenario]
     role = rendered.get("Role", f"{EXTENDER}-nudge")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
     binding = rendered.get("RoleBinding", f"{EXTENDER}-nudge")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER, "namespace": NAMESPACE}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": identity, "namespace": NAMESPACE}]
     policy = rendered.get("ValidatingAdmissionPolicy", f"{EXTENDER}-nudge")
     assert policy["spec"]["failurePolicy"] == "Fail"
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["operations"] == ["UPDATE"]
+    assert f"system:serviceaccount:{NAMESPACE}:{identity}" in policy["spec"]["matchConditions"][0]["expression"]
     nudge = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}["nudge"]
     assert nudge == f"'{NUDGE_ANNOTATION}'"  # the one annotation the extender writes
-    env = {e["name"]: e for e in container(rendered.get("Deployment", EXTENDER), "extender")["env"]}
+    env = {e["name"]: e for e in the_extender_container(rendered, topology_of(scenario))["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"

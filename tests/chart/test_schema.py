@@ -91,6 +91,12 @@ SCHEMA_ERROR = "values don't meet the specifications of the schema(s)"
             id="unknown-scheduler-mode",
         ),
         pytest.param(
+            ["--set", "topology=deployment"],
+            "/topology",
+            "value must be one of '', 'sidecar', 'controlPlane', 'service'",
+            id="unknown-topology",
+        ),
+        pytest.param(
             ["--set", "tls.source=vault"],
             "/tls/source",
             "value must be one of 'generate', 'secret', 'values'",
@@ -179,6 +185,9 @@ def test_schema_is_strict_everywhere() -> None:
         pytest.param(["--set-json", "config.defaults.alpha=0.25"], id="float-via-set-json"),
         pytest.param(["--set", "podDisruptionBudget.maxUnavailable=50%"], id="pdb-percentage"),
         pytest.param(["--set", "service.clusterIP=fd00::88"], id="ipv6-cluster-ip"),
+        pytest.param(["--set", "topology=service"], id="topology-service"),
+        pytest.param(["--set", "topology=sidecar", "--set", "tls.enabled=true"], id="tls-on-loopback"),
+        pytest.param(["--set", "tls.enabled=null", "--set", "tls.clientAuth.enabled=null"], id="tls-derived"),
     ],
 )
 def test_good_values_pass(helm: Helm, args: list[str]) -> None:

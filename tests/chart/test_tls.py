@@ -46,7 +46,8 @@ def material(rendered: Rendered) -> Material:
     client = f"{EXTENDER}-client-tls"
     return Material(
         ca_data=base64.b64decode(tls["caData"]).decode(),
-        server_name=tls["serverName"],
+        # Loopback topologies name no serverName: the scheduler checks the address it dials.
+        server_name=tls.get("serverName", "127.0.0.1"),
         server_cert=secret_file(rendered, f"{EXTENDER}-tls", "tls.crt"),
         server_key=secret_file(rendered, f"{EXTENDER}-tls", "tls.key"),
         client_ca=secret_file(rendered, client, "ca.crt") if mtls else None,
@@ -112,7 +113,7 @@ def contexts(tmp_path: Path, m: Material, *, present_client_cert: bool) -> tuple
 
 @pytest.mark.parametrize(
     "values",
-    ["tls-generated-values.yaml", "mtls-generated-values.yaml", "tls-values-values.yaml"],
+    ["tls-generated-values.yaml", "mtls-generated-values.yaml", "tls-values-values.yaml", "loopback-tls-values.yaml"],
 )
 def test_scheduler_trusts_the_served_certificate(helm: Helm, tmp_path: Path, values: str) -> None:
     m = material(helm.template(values=[CHART / "ci" / values]))
@@ -120,7 +121,7 @@ def test_scheduler_trusts_the_served_certificate(helm: Helm, tmp_path: Path, val
     handshake(server, client, m.server_name)
 
 
-@pytest.mark.parametrize("values", ["mtls-generated-values.yaml", "tls-values-values.yaml"])
+@pytest.mark.parametrize("values", ["mtls-generated-values.yaml", "tls-values-values.yaml", "loopback-tls-values.yaml"])
 def test_extender_refuses_a_scheduler_without_its_client_certificate(helm: Helm, tmp_path: Path, values: str) -> None:
     m = material(helm.template(values=[CHART / "ci" / values]))
     assert m.client_cert is not None
@@ -131,7 +132,7 @@ def test_extender_refuses_a_scheduler_without_its_client_certificate(helm: Helm,
 
 def test_generated_certificate_names_the_pinned_cluster_ip(helm: Helm, tmp_path: Path) -> None:
     """In own mode the scheduler dials the clusterIP; the name it checks is still the Service's."""
-    m = material(helm.template(values=[CHART / "ci" / "own-scheduler-values.yaml"]))
+    m = material(helm.template(values=[CHART / "ci" / "own-service-values.yaml"]))
     server, client = contexts(tmp_path, m, present_client_cert=True)
     handshake(server, client, m.server_name)
     server, client = contexts(tmp_path, m, present_client_cert=True)

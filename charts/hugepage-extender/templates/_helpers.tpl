@@ -45,6 +45,18 @@ suffix (what the object is) stays. Call with (dict "context" $ "suffix" "tls").
 {{- end }}
 {{- end }}
 
+{{/*
+The ServiceAccount the extender runs as: in the sidecar topology its pod's, the
+scheduler's (one pod, one ServiceAccount); otherwise the extender's own.
+*/}}
+{{- define "hugepage-extender.extenderIdentity" -}}
+{{- if eq (include "hugepage-extender.topology" .) "sidecar" }}
+{{- include "hugepage-extender.scheduler.serviceAccountName" . }}
+{{- else }}
+{{- include "hugepage-extender.serviceAccountName" . }}
+{{- end }}
+{{- end }}
+
 {{- define "hugepage-extender.scheduler.serviceAccountName" -}}
 {{- if .Values.scheduler.serviceAccount.create }}
 {{- default (include "hugepage-extender.scheduler.fullname" .) .Values.scheduler.serviceAccount.name }}
@@ -98,23 +110,71 @@ app.kubernetes.io/managed-by: {{ .context.Release.Service }}
 {{ toYaml .Values.config }}
 {{- end }}
 
+{{/*
+Where the extender runs (docs/install.md, "Topology"). topology "" derives it from
+scheduler.mode: "sidecar" (a container in each secondary scheduler pod) or
+"controlPlane" (a DaemonSet on the control-plane nodes, host network, beside the
+cluster's static kube-scheduler). Both are loopback topologies: the scheduler
+calls its own extender on 127.0.0.1, and nothing else can reach the verbs.
+"service" (a Deployment behind a Service) only when asked for.
+*/}}
+{{- define "hugepage-extender.topology" -}}
+{{- if .Values.topology }}
+{{- .Values.topology }}
+{{- else if eq .Values.scheduler.mode "own" }}
+{{- "controlPlane" }}
+{{- else }}
+{{- "sidecar" }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the scheduler calls its extender on 127.0.0.1 (sidecar, controlPlane). */}}
+{{- define "hugepage-extender.loopback" -}}
+{{- ne (include "hugepage-extender.topology" .) "service" }}
+{{- end }}
+
+{{/*
+TLS on the verbs: tls.enabled null derives it, on only for the service topology
+(the verbs on a network port); on loopback nothing but the scheduler reaches them
+and TLS is optional. tls.clientAuth.enabled null follows TLS. Render "true"/"false".
+*/}}
+{{- define "hugepage-extender.tlsOn" -}}
+{{- if kindIs "bool" .Values.tls.enabled }}
+{{- .Values.tls.enabled }}
+{{- else }}
+{{- eq (include "hugepage-extender.topology" .) "service" }}
+{{- end }}
+{{- end }}
+
+{{- define "hugepage-extender.mtlsOn" -}}
+{{- if kindIs "bool" .Values.tls.clientAuth.enabled }}
+{{- .Values.tls.clientAuth.enabled }}
+{{- else }}
+{{- include "hugepage-extender.tlsOn" . }}
+{{- end }}
+{{- end }}
+
 {{/* The Service's in-cluster DNS name. */}}
 {{- define "hugepage-extender.serviceHost" -}}
 {{- printf "%s.%s.svc" (include "hugepage-extender.fullname" .) .Release.Namespace }}
 {{- end }}
 
 {{/*
-The URL the scheduler calls. The cluster's own kube-scheduler (mode own) runs
-on the host network, where cluster DNS names do not resolve, so it needs the
-Service's pinned clusterIP (or an explicit urlPrefix).
+The URL the scheduler calls. Loopback topologies: 127.0.0.1, the extender beside
+the scheduler (in its pod, or on its node's host network). Service topology: the
+cluster's own kube-scheduler (mode own) runs on the host network, where cluster
+DNS names do not resolve, so it needs the Service's pinned clusterIP (or an
+explicit urlPrefix); the secondary scheduler uses the Service's DNS name.
 */}}
 {{- define "hugepage-extender.urlPrefix" -}}
-{{- $scheme := ternary "https" "http" .Values.tls.enabled }}
+{{- $scheme := ternary "https" "http" (eq (include "hugepage-extender.tlsOn" .) "true") }}
 {{- if .Values.scheduler.extender.urlPrefix }}
 {{- .Values.scheduler.extender.urlPrefix | trimSuffix "/" }}
+{{- else if eq (include "hugepage-extender.loopback" .) "true" }}
+{{- printf "%s://127.0.0.1:%d" $scheme (int .Values.ports.extender) }}
 {{- else if eq .Values.scheduler.mode "own" }}
 {{- if not .Values.service.clusterIP }}
-{{- fail "scheduler.mode=own: the cluster's kube-scheduler runs on the host network and cannot resolve Service DNS names; set service.clusterIP to a free IP in the Service CIDR (or set scheduler.extender.urlPrefix)" }}
+{{- fail "scheduler.mode=own with topology=service: the cluster's kube-scheduler runs on the host network and cannot resolve Service DNS names; set service.clusterIP to a free IP in the Service CIDR (or set scheduler.extender.urlPrefix)" }}
 {{- end }}
 {{- $host := .Values.service.clusterIP }}
 {{- if contains ":" $host }}
@@ -188,9 +248,9 @@ back from the release's Secrets on upgrade (lookup), so they stay stable.
 {{- if not (hasKey . "hugepageExtenderTLS") }}
 {{- $tls := .Values.tls }}
 {{- $m := dict }}
-{{- if $tls.enabled }}
+{{- if eq (include "hugepage-extender.tlsOn" .) "true" }}
 {{- $fullname := include "hugepage-extender.fullname" . }}
-{{- $mtls := $tls.clientAuth.enabled }}
+{{- $mtls := eq (include "hugepage-extender.mtlsOn" .) "true" }}
 {{- if eq $tls.source "values" }}
 {{- $_ := set $m "ca" (required "tls.ca is required with tls.source=values: the scheduler must get the CA that signed tls.cert" $tls.ca) }}
 {{- $_ := set $m "cert" (required "tls.cert is required with tls.source=values" $tls.cert) }}
@@ -220,6 +280,13 @@ back from the release's Secrets on upgrade (lookup), so they stay stable.
 {{- $sd := default dict $server.data }}
 {{- $cd := default dict $client.data }}
 {{- $reuse := and (index $sd "tls.crt") (index $sd "tls.key") (index $sd "ca.crt") }}
+{{- /* A certificate is reused only for the address it names: the Secret says which
+       (the chart's previous version wrote no annotation and named the Service only). */}}
+{{- $issuedFor := ternary "127.0.0.1" "service" (eq (include "hugepage-extender.loopback" .) "true") }}
+{{- $annotations := default dict (default dict $server.metadata).annotations }}
+{{- if ne (get $annotations "hugepage-extender.io/issued-for" | default "service") $issuedFor }}
+{{- $reuse = false }}
+{{- end }}
 {{- if and $reuse $mtls }}
 {{- $reuse = and (index $cd "tls.crt") (index $cd "tls.key") (eq (index $cd "ca.crt" | default "") (index $sd "ca.crt")) }}
 {{- end }}
@@ -238,7 +305,11 @@ back from the release's Secrets on upgrade (lookup), so they stay stable.
 {{- $dns := list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.%s" $svc .Release.Namespace $tls.clusterDomain) }}
 {{- $dns = concat $dns $tls.extraDnsNames }}
 {{- $ips := list }}
-{{- if .Values.service.clusterIP }}
+{{- if eq (include "hugepage-extender.loopback" .) "true" }}
+{{- /* The scheduler calls https://127.0.0.1: the certificate names that address. */}}
+{{- $ips = append $ips "127.0.0.1" }}
+{{- $dns = append $dns "localhost" }}
+{{- else if .Values.service.clusterIP }}
 {{- $ips = append $ips .Values.service.clusterIP }}
 {{- end }}
 {{- $ca := genCA (printf "%s-ca" $fullname) $days }}
@@ -281,8 +352,15 @@ back from the release's Secrets on upgrade (lookup), so they stay stable.
 Checks that span several values (the schema checks each value alone).
 */}}
 {{- define "hugepage-extender.validate" -}}
-{{- if and .Values.tls.clientAuth.enabled (not .Values.tls.enabled) }}
+{{- if and (eq (include "hugepage-extender.mtlsOn" .) "true") (ne (include "hugepage-extender.tlsOn" .) "true") }}
 {{- fail "tls.clientAuth.enabled needs tls.enabled: client certificates are only checked over HTTPS" }}
+{{- end }}
+{{- $topology := include "hugepage-extender.topology" . }}
+{{- if and (eq $topology "sidecar") (ne .Values.scheduler.mode "secondary") }}
+{{- fail "topology=sidecar puts the extender in the chart's secondary scheduler pods: it needs scheduler.mode=secondary (with scheduler.mode=own use topology=controlPlane, the default there)" }}
+{{- end }}
+{{- if and (eq $topology "controlPlane") (ne .Values.scheduler.mode "own") }}
+{{- fail "topology=controlPlane runs the extender beside the cluster's own kube-scheduler: it needs scheduler.mode=own (the secondary scheduler carries its extender in its pod: topology=sidecar, the default there)" }}
 {{- end }}
 {{- if ge (addf .Values.extender.shutdownTimeoutSeconds .Values.extender.drainSeconds) (float64 .Values.terminationGracePeriodSeconds) }}
 {{- fail (printf "extender.drainSeconds (%v) plus extender.shutdownTimeoutSeconds (%v) must be under terminationGracePeriodSeconds (%v), or the kubelet kills the extender mid-drain" .Values.extender.drainSeconds .Values.extender.shutdownTimeoutSeconds .Values.terminationGracePeriodSeconds) }}
@@ -315,8 +393,8 @@ Checks that span several values (the schema checks each value alone).
 {{- end }}
 {{- end }}
 {{- end }}
-{{- if and .Values.networkPolicy.enabled (eq .Values.scheduler.mode "own") (not .Values.networkPolicy.extraExtenderFrom) }}
-{{- fail "networkPolicy.enabled with scheduler.mode=own: the cluster's kube-scheduler connects from the control-plane nodes' host network; list them in networkPolicy.extraExtenderFrom (e.g. an ipBlock)" }}
+{{- if and .Values.networkPolicy.enabled (eq $topology "service") (eq .Values.scheduler.mode "own") (not .Values.networkPolicy.extraExtenderFrom) }}
+{{- fail "networkPolicy.enabled with scheduler.mode=own and topology=service: the cluster's kube-scheduler connects from the control-plane nodes' host network; list them in networkPolicy.extraExtenderFrom (e.g. an ipBlock)" }}
 {{- end }}
 {{- if and (eq .Values.scheduler.mode "secondary") (not .Values.scheduler.image.digest) }}
 {{- $tag := .Values.scheduler.image.tag }}
@@ -400,12 +478,14 @@ extenders:
     managedResources:
       - name: {{ include (printf "hugepage-extender.marker.%s" $entry) $ }}
         ignoredByScheduler: true
-    {{- if $.Values.tls.enabled }}
+    {{- if eq (include "hugepage-extender.tlsOn" $) "true" }}
     enableHTTPS: true
     tlsConfig:
+      {{- if ne (include "hugepage-extender.loopback" $) "true" }}
       serverName: {{ include "hugepage-extender.serviceHost" $ }}
+      {{- end }}
       caData: {{ required "internal: TLS enabled without a CA" $tls.ca | b64enc }}
-      {{- if $.Values.tls.clientAuth.enabled }}
+      {{- if eq (include "hugepage-extender.mtlsOn" $) "true" }}
       {{- if $own }}
       certFile: {{ $.Values.scheduler.own.clientCertFile }}
       keyFile: {{ $.Values.scheduler.own.clientKeyFile }}
@@ -425,4 +505,155 @@ extenders:
 
 {{- define "hugepage-extender.nodeAgent.namespace" -}}
 {{- default .Release.Namespace .Values.nodeAgent.namespace }}
+{{- end }}
+
+{{/*
+The extender container, the same in every topology. Call with (dict "context" $
+"host" ADDRESS "sidecar" BOOL): host is where the verbs listen (127.0.0.1 in the
+loopback topologies, 0.0.0.0 behind a Service); the probe port (healthz, readyz,
+metrics: no placement data) always listens on every address, for the kubelet's
+probes and Prometheus. sidecar makes it a native sidecar (an init container with
+restartPolicy Always): the kubelet starts kube-scheduler only once its startupProbe
+(/readyz: the cluster state synced) passes, and stops it after kube-scheduler.
+*/}}
+{{- define "hugepage-extender.extenderContainer" -}}
+{{- $ := .context }}
+{{- $tlsOn := eq (include "hugepage-extender.tlsOn" $) "true" }}
+{{- $loopback := eq (include "hugepage-extender.loopback" $) "true" -}}
+name: extender
+image: {{ include "hugepage-extender.image" $ | quote }}
+imagePullPolicy: {{ $.Values.image.pullPolicy }}
+{{- if .sidecar }}
+restartPolicy: Always
+{{- end }}
+args:
+  - serve
+  - --in-cluster
+  - --config=/etc/hugepage-extender/config/config.yaml
+  - --host={{ .host }}
+  - --port={{ int $.Values.ports.extender }}
+  - --probe-host=0.0.0.0
+  - --probe-port={{ int $.Values.ports.probe }}
+  - --shutdown-timeout={{ $.Values.extender.shutdownTimeoutSeconds }}
+  - --drain-seconds={{ $.Values.extender.drainSeconds }}
+  {{- if eq (include "hugepage-extender.bind" $) "true" }}
+  - --enable-bind
+  - --bind-timeout-seconds={{ $.Values.bind.timeoutSeconds }}
+  {{- end }}
+  {{- if $tlsOn }}
+  - --tls-cert-file=/etc/hugepage-extender/tls/tls.crt
+  - --tls-key-file=/etc/hugepage-extender/tls/tls.key
+  {{- if eq (include "hugepage-extender.mtlsOn" $) "true" }}
+  - --client-ca-file=/etc/hugepage-extender/client-ca/ca.crt
+  {{- end }}
+  {{- end }}
+  {{- range $.Values.extender.extraArgs }}
+  - {{ . | quote }}
+  {{- end }}
+env:
+  # The extender's own namespace is exempt from its checks (its pods
+  # must never wait on it); --extender-namespace defaults to this.
+  - name: POD_NAMESPACE
+    valueFrom:
+      fieldRef:
+        fieldPath: metadata.namespace
+  # The pod the extender annotates when room frees while pods it turned
+  # away wait (--nudge-pod defaults to $POD_NAMESPACE/$POD_NAME): in the
+  # sidecar topology the scheduler's own pod, in the others the extender's.
+  - name: POD_NAME
+    valueFrom:
+      fieldRef:
+        fieldPath: metadata.name
+  - name: LOG_LEVEL
+    value: {{ $.Values.extender.logLevel | quote }}
+  {{- range $name, $value := $.Values.extender.extraEnv }}
+  - name: {{ $name }}
+    value: {{ $value | toString | quote }}
+  {{- end }}
+ports:
+  {{- if not $loopback }}
+  - name: extender
+    containerPort: {{ int $.Values.ports.extender }}
+    protocol: TCP
+  {{- end }}
+  # The verbs of a loopback topology listen on 127.0.0.1 only: no port to
+  # declare (kubectl port-forward reaches them, docs/install.md).
+  - name: probe
+    containerPort: {{ int $.Values.ports.probe }}
+    protocol: TCP
+{{- with $.Values.startupProbe }}
+startupProbe:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $.Values.livenessProbe }}
+livenessProbe:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $.Values.readinessProbe }}
+readinessProbe:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+resources:
+  {{- toYaml $.Values.resources | nindent 2 }}
+securityContext:
+  {{- toYaml $.Values.securityContext | nindent 2 }}
+volumeMounts:
+  - name: extender-config
+    mountPath: /etc/hugepage-extender/config
+    readOnly: true
+  {{- if $tlsOn }}
+  - name: extender-tls
+    mountPath: /etc/hugepage-extender/tls
+    readOnly: true
+  {{- if eq (include "hugepage-extender.mtlsOn" $) "true" }}
+  - name: extender-client-ca
+    mountPath: /etc/hugepage-extender/client-ca
+    readOnly: true
+  {{- end }}
+  {{- end }}
+  # The root filesystem is read-only; libraries that want a temp dir get this.
+  - name: extender-tmp
+    mountPath: /tmp
+{{- end }}
+
+{{/* The extender container's volumes (a list's items). */}}
+{{- define "hugepage-extender.extenderVolumes" -}}
+- name: extender-config
+  configMap:
+    name: {{ include "hugepage-extender.fullname" . }}
+{{- if eq (include "hugepage-extender.tlsOn" .) "true" }}
+- name: extender-tls
+  secret:
+    secretName: {{ include "hugepage-extender.tls.serverSecret" . }}
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- if eq (include "hugepage-extender.mtlsOn" .) "true" }}
+# Only the CA from the scheduler's client Secret: the extender never
+# sees the client's private key.
+- name: extender-client-ca
+  secret:
+    secretName: {{ include "hugepage-extender.tls.clientSecret" . }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
+{{- end }}
+- name: extender-tmp
+  emptyDir:
+    sizeLimit: 16Mi
+{{- end }}
+
+{{/*
+The pod annotations that roll the extender when its config or certificates
+change. Call with (dict "context" $ "prefix" P): "" on the extender's own pods,
+"extender-" in the scheduler's pods (whose checksum/config is the scheduler's).
+*/}}
+{{- define "hugepage-extender.extenderChecksums" -}}
+checksum/{{ .prefix }}config: {{ include "hugepage-extender.configFile" .context | sha256sum }}
+{{- if eq (include "hugepage-extender.tlsOn" .context) "true" }}
+checksum/{{ .prefix }}tls: {{ include "hugepage-extender.tls" .context | fromJson | toYaml | sha256sum }}
+{{- end }}
 {{- end }}

@@ -1,0 +1,153 @@
+"""The cluster's own kube-scheduler through the extender DaemonSet on loopback (kubeadm's path).
+
+run.sh created the cluster with the control plane's static kube-scheduler started
+through kubeadm's scheduler ``extraArgs``/``extraVolumes`` with the chart's own-mode
+configuration (e2e/kind/values-own.yaml rendered: ``urlPrefix:
+http://127.0.0.1:8888``, ignorable), as docs/install.md tells kind and kubeadm
+users. These scenarios run last, after the secondary-mode release is uninstalled
+(conftest.py), install the chart with ``scheduler.mode=own`` (the extender as a
+DaemonSet on the control-plane node, host network, 127.0.0.1) and show the
+cluster's own scheduler placing pods through it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from e2e.kind.test_kind import (
+    HELM,
+    KUBECONFIG,
+    NAMESPACE,
+    PAUSE,
+    POOL,
+    RELEASE,
+    RESOURCE,
+    ROOT,
+    TOUCHER_IMAGE,
+    WATCH_SETTLE_SECONDS,
+    assert_stays_pending,
+    failed_scheduling,
+    get_json,
+    kubectl,
+    metric,
+    node_of,
+    says_no_room,
+    set_reserved,
+    worker_names,
+)
+from e2e.kind.test_topology import PROBE_CLIENT, PROBE_PORT, VERBS_PORT
+
+OWN = "hp-own"  # enforced (values-own.yaml)
+
+
+def own_pod(name: str, *, hugepages: str) -> None:
+    """A pod for the cluster's own scheduler (no schedulerName)."""
+    resources = {
+        "requests": {"cpu": "10m", "memory": "16Mi", RESOURCE: hugepages},
+        "limits": {"memory": "16Mi", RESOURCE: hugepages},
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": OWN},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": PAUSE, "resources": resources}],
+        },
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+
+
+def extender_daemon_pods() -> list[str]:
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=extender"
+    items = get_json("pods", "-n", NAMESPACE, "-l", selector, "--field-selector=status.phase=Running")["items"]
+    return [p["metadata"]["name"] for p in items]
+
+
+@pytest.fixture(scope="module")
+def own_mode() -> Iterator[list[str]]:
+    """The chart installed in own mode; the workers, every pool free to start with."""
+    workers = worker_names()
+    kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OWN}}))
+    set_reserved(dict.fromkeys(workers))
+    command = [HELM, "install", RELEASE, str(ROOT / "charts" / "hugepage-extender"), "--kubeconfig", KUBECONFIG]
+    command += ["--namespace", NAMESPACE, "--create-namespace", "--values", str(ROOT / "e2e/kind/values-own.yaml")]
+    started = time.monotonic()
+    subprocess.run([*command, "--wait", "--timeout", "5m"], check=True, stdout=subprocess.DEVNULL)
+    print(f"\nown mode: the extender DaemonSet ready {time.monotonic() - started:.1f} s after helm install")
+    try:
+        yield workers
+    finally:
+        kubectl("delete", "namespace", OWN, "--wait=false", check=False)
+        set_reserved(dict.fromkeys(workers))
+        uninstall = [HELM, "uninstall", RELEASE, "--kubeconfig", KUBECONFIG, "--namespace", NAMESPACE, "--wait"]
+        subprocess.run(uninstall, check=False, stdout=subprocess.DEVNULL)
+
+
+def test_the_extender_runs_beside_the_static_scheduler_on_loopback(own_mode: list[str]) -> None:
+    (pod,) = extender_daemon_pods()
+    found = get_json("pod", pod, "-n", NAMESPACE)
+    node = found["spec"]["nodeName"]
+    labels = get_json("node", node)["metadata"]["labels"]
+    assert "node-role.kubernetes.io/control-plane" in labels, (node, labels)
+    assert found["spec"]["hostNetwork"] is True
+    # The static scheduler on that node runs with the chart's configuration.
+    (scheduler,) = get_json("pods", "-n", "kube-system", "-l", "component=kube-scheduler")["items"]
+    assert scheduler["spec"]["nodeName"] == node
+    command = scheduler["spec"]["containers"][0]["command"]
+    assert "--config=/etc/kubernetes/hugepage-scheduler-config.yaml" in command, command
+    # From a pod on a worker: nothing on the node's address answers on the verbs' port;
+    # the probe port (host network) answers probes only.
+    node_ip = found["status"]["hostIP"]
+    client = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "outsider", "namespace": OWN},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": own_mode[0]},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {"name": "main", "image": TOUCHER_IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}
+            ],
+        },
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(client))
+    try:
+        kubectl("wait", "--for=condition=Ready", "pod/outsider", "-n", OWN, "--timeout=120s")
+        printed = kubectl(
+            "exec", "outsider", "-n", OWN, "--", "python", "-c", PROBE_CLIENT, json.dumps([node_ip]),
+            str(VERBS_PORT), str(PROBE_PORT),
+        )  # fmt: skip
+    finally:
+        kubectl("delete", "pod", "outsider", "-n", OWN, "--wait=false", check=False)
+    seen = json.loads(printed)
+    print(f"\nfrom a pod on {own_mode[0]} to the control-plane node {node_ip}: {seen}")
+    assert seen[f"{node_ip}:{VERBS_PORT}"] == "ConnectionRefusedError", seen
+    assert seen[f"{node_ip}:{PROBE_PORT} GET /readyz"] == 200, seen
+    assert seen[f"{node_ip}:{PROBE_PORT} POST /filter"] in {404, 405}, seen
+    assert seen[f"{node_ip}:{PROBE_PORT} GET /debug/state"] == 404, seen
+
+
+def test_the_clusters_own_scheduler_places_through_the_extender(own_mode: list[str]) -> None:
+    w1, w2, w3 = own_mode
+    (daemon,) = extender_daemon_pods()
+    calls_before = metric(daemon, "hugepage_extender_requests_total", verb="filter", code="200")
+    # Every pool is the host's 1Gi; the annotation says w1's and w2's are held outside pods,
+    # which only the extender knows: the cluster's own scheduler must place on w3.
+    set_reserved({w1: POOL, w2: POOL, w3: None})
+    own_pod("fits", hugepages="256Mi")
+    assert node_of(OWN, "fits") == w3
+    # Now w3 too: nothing has room, and the pod waits with the extender's reason.
+    set_reserved({w3: POOL})
+    own_pod("no-room", hugepages="256Mi")
+    message = failed_scheduling(OWN, "no-room")
+    assert says_no_room(message), message
+    assert_stays_pending(OWN, "no-room", seconds=WATCH_SETTLE_SECONDS * 2)
+    calls = metric(daemon, "hugepage_extender_requests_total", verb="filter", code="200") - calls_before
+    print(f"own mode: the cluster's kube-scheduler called the DaemonSet's extender {calls:.0f} times (filter)")
+    assert calls >= 2
