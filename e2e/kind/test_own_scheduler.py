@@ -63,9 +63,15 @@ def own_pod(name: str, *, hugepages: str) -> None:
     kubectl("apply", "-f", "-", stdin=json.dumps(pod))
 
 
-def extender_daemon_pods() -> list[str]:
+def extender_daemon_pods(*, ready: bool = False) -> list[str]:
     selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=extender"
     items = get_json("pods", "-n", NAMESPACE, "-l", selector, "--field-selector=status.phase=Running")["items"]
+    if ready:
+        items = [
+            p
+            for p in items
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+        ]
     return [p["metadata"]["name"] for p in items]
 
 
@@ -79,6 +85,12 @@ def own_mode() -> Iterator[list[str]]:
     command += ["--namespace", NAMESPACE, "--create-namespace", "--values", str(ROOT / "e2e/kind/values-own.yaml")]
     started = time.monotonic()
     subprocess.run([*command, "--wait", "--timeout", "5m"], check=True, stdout=subprocess.DEVNULL)
+    # helm's --wait passes a DaemonSet whose controller has not yet counted the nodes it wants
+    # (0 desired, 0 ready): wait for the extender's own pod to run and be ready.
+    deadline = time.monotonic() + 180
+    while not extender_daemon_pods(ready=True):
+        assert time.monotonic() < deadline, "the extender DaemonSet's pod never became ready"
+        time.sleep(1)
     print(f"\nown mode: the extender DaemonSet ready {time.monotonic() - started:.1f} s after helm install")
     try:
         yield workers
