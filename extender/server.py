@@ -9,6 +9,7 @@ become clear 4xx answers (with an honest log line), anything else a logged
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import signal
@@ -25,8 +26,15 @@ from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.binding import Binder, BindError
+from extender.budget import BufferLedger, Holding
 from extender.cluster import ClusterState, ReportState
-from extender.config import Config
+from extender.config import DEFAULT_MAX_CONNECTIONS, Config
+from extender.connections import (
+    GuardedRunner,
+    cut_overdue_answers,
+    keep_large_buffers_apart,
+    trim_after_bursts,
+)
 from extender.decision import FilterDecision, HostScores, Outcome
 from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, state_report
 from extender.metrics import Metrics
@@ -56,6 +64,18 @@ BODY_TIMEOUT_SECONDS = 10.0  # the scheduler sends a whole request within its ht
 # an idle connection (no POST lost to a close racing its reuse); also bounds a connection
 # that never sends a request (aiohttp starts the timer when the connection is made).
 KEEPALIVE_TIMEOUT_SECONDS = 100.0
+# An answer not taken in this time is cut: the scheduler gave up on it after its httpTimeout (5 s).
+ANSWER_TIMEOUT_SECONDS = 10.0
+# A header block is at most 32 lines of 4 KiB (aiohttp's defaults, 128 of 8 KiB, let one connection
+# hold about 2 MiB while its header block arrives); the request line keeps 8 KiB (/debug/state's
+# node list). The scheduler, the kubelet and Prometheus send a handful of short lines.
+MAX_HEADERS = 32
+MAX_FIELD_SIZE = 4096
+MAX_LINE_SIZE = 8190
+# What is left of the shutdown budget for aiohttp's own close of each port, once begun requests
+# had their time: it waits up to twice its timeout per connection (the handler, then its cancel).
+CLOSE_SECONDS = 0.1
+ANSWER_SLICE_BYTES = 256 * 1024
 
 
 def unready_message(reason: str) -> str:
@@ -83,18 +103,22 @@ async def read_body(request: web.Request, timeout: float = BODY_TIMEOUT_SECONDS)
     decompressed in one call, bounded by ``client_max_size`` like a plain one.
     """
     limit = request.app._client_max_size  # aiohttp has no public getter
+    ledger = request.app[BUFFERS]
+    holding = ledger.open("body", functools.partial(_cut_body, request), time.monotonic())
     try:
         if request.content.is_eof():
-            body = await _receive(request, limit)  # all of it has arrived: no timer to arm (most requests)
+            body = await _receive(request, limit, ledger, holding)  # all of it has arrived: no timer (most requests)
         else:
             async with asyncio.timeout(timeout):
-                body = await _receive(request, limit)
+                body = await _receive(request, limit, ledger, holding)
     except RequestPayloadError:
         raise WireError("the body could not be read") from None
     except TimeoutError:
         raise web.HTTPRequestTimeout(text="request body not received in time") from None
     except ConnectionResetError:
         raise ClientGone from None
+    finally:
+        ledger.close(holding)
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding in ("", "identity"):
         return body
@@ -113,11 +137,12 @@ async def read_body(request: web.Request, timeout: float = BODY_TIMEOUT_SECONDS)
     return plain
 
 
-async def _receive(request: web.Request, limit: int) -> bytes:
+async def _receive(request: web.Request, limit: int, ledger: BufferLedger, holding: Holding) -> bytes:
     """The body, at most ``limit`` bytes, read from the stream: ``request.read()`` would keep it
     on the request, and aiohttp keeps a keep-alive connection's last request (and response)
     until the next request on that connection arrives. Each idle connection kept its last body:
-    up to maxRequestBytes each, about 20 MiB each with full Nodes at 5,000 nodes."""
+    up to maxRequestBytes each, about 20 MiB each with full Nodes at 5,000 nodes. What has
+    arrived counts against the process's budget of bytes held for clients (``ledger``)."""
     chunks: list[bytes] = []
     size = 0
     while chunk := await request.content.readany():
@@ -125,20 +150,35 @@ async def _receive(request: web.Request, limit: int) -> bytes:
         if size > limit:
             raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
         chunks.append(chunk)
+        ledger.grow(holding, len(chunk), time.monotonic())
     return b"".join(chunks)
 
 
-class _Answer(web.Response):
-    """A JSON answer that lets go of its body once sent: aiohttp keeps a keep-alive
-    connection's last response until the connection's next request (a full-Nodes answer
-    echoes megabytes)."""
+def _cut_body(request: web.Request) -> None:
+    log.warning(
+        "a body from %s cut: bodies and answers held for clients are over the budget (maxBufferedBytes)",
+        request.remote,
+    )
+    if request.transport is not None:
+        request.transport.abort()
+
+
+class _Answer(web.StreamResponse):
+    """A JSON answer sent in slices, each after the client took the one before, and let go of
+    once sent. In one write the transport kept a copy of whatever the client had not taken yet (a
+    client that never reads held twice a 34 MiB answer), and aiohttp keeps a keep-alive
+    connection's last response until its next request."""
 
     def __init__(self, body: bytes) -> None:
-        super().__init__(body=body, content_type=JSON)
+        super().__init__(headers={"Content-Type": JSON})
+        self.content_length = len(body)
+        self._answer = body
 
     async def write_eof(self, data: bytes = b"") -> None:
+        answer, self._answer = memoryview(self._answer), b""
+        for start in range(0, len(answer), ANSWER_SLICE_BYTES):
+            await self.write(answer[start : start + ANSWER_SLICE_BYTES])  # waits while the client lags
         await super().write_eof(data)
-        self.body = None
 
 
 class EventRecorder(Protocol):
@@ -166,6 +206,8 @@ class Extender:
         self.events = events
         self.verbs = ExtenderVerbs(config, state, rng=rng, verify_holds=verify_holds)
         self.body_timeout_seconds = BODY_TIMEOUT_SECONDS
+        # Bytes held for clients across both ports: bodies being read, answers not yet taken.
+        self.buffers = BufferLedger(config.max_buffered_bytes)
         self.draining = False  # SIGTERM: readiness fails first, begun requests are still answered
         self.waiting = WaitingPods()  # enforced pods no node could take, for the Pending alert
         # Series at 0 for the namespaces configured in shadow: increase() in the alert then
@@ -402,12 +444,15 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int, begun: 
 
 
 EXTENDER = web.AppKey("extender", Extender)
+BUFFERS = web.AppKey("buffers", BufferLedger)
 
 
 def create_probe_app(extender: Extender) -> web.Application:
     """Health and metrics only, for a plain-HTTP port beside an mTLS one (kubelet probes
-    and Prometheus present no client certificate)."""
-    app = web.Application()
+    and Prometheus present no client certificate). No request has a body."""
+    app = web.Application(client_max_size=0)
+    app[EXTENDER] = extender
+    app[BUFFERS] = extender.buffers
     app.router.add_get("/healthz", extender.healthz)
     app.router.add_get("/readyz", extender.readyz)
     app.router.add_get("/metrics", extender.metrics_page)
@@ -432,16 +477,32 @@ logging.getLogger("aiohttp.server").addFilter(_BadHttpIsOneLine())
 
 
 def app_runner(
-    app: web.Application, *, shutdown_timeout: float = 10.0, keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS
-) -> web.AppRunner:
-    return web.AppRunner(
+    app: web.Application,
+    *,
+    shutdown_timeout: float = 10.0,
+    keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS,
+    max_connections: int | None = None,
+    port_name: str = "verbs",
+) -> GuardedRunner:
+    """The runner of one port: aiohttp's limits on a request's head, this extender's cap on
+    connections, and the process's budget of bytes held for clients (``app[BUFFERS]``)."""
+    ledger = app[BUFFERS]
+    if max_connections is None:
+        max_connections = app[EXTENDER].config.max_connections if EXTENDER in app else DEFAULT_MAX_CONNECTIONS
+    return GuardedRunner(
         app,
+        port_name=port_name,
+        max_connections=max_connections,
+        ledger=ledger,
         access_log=None,
         shutdown_timeout=shutdown_timeout,
         keepalive_timeout=keepalive_timeout,
         # No lingering read of a refused body (413, bad encoding): the connection closes.
         lingering_time=0,
         auto_decompress=False,  # read_body decompresses, bounded
+        max_line_size=MAX_LINE_SIZE,
+        max_field_size=MAX_FIELD_SIZE,
+        max_headers=MAX_HEADERS,
     )
 
 
@@ -460,27 +521,40 @@ async def serve_until_stopped(
     On the signal ``on_stop`` runs first (readiness fails), new requests are still
     served for ``drain_seconds`` while the endpoints drop this pod, then the ports
     close and requests already begun (their bodies still arriving, too) are answered
-    for up to ``shutdown_timeout``. ``background`` tasks (certificate reloads) run
-    meanwhile and are cancelled at the end.
+    until ``drain_seconds + shutdown_timeout`` after the signal, the budget the chart
+    checks against the grace period: what is still under way then is cut. ``background``
+    tasks (certificate reloads) run meanwhile and are cancelled at the end.
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    runners = []
+    keep_large_buffers_apart()
+    runners: list[GuardedRunner] = []
     sites = []
     tasks = [asyncio.create_task(job()) for job in background]
     try:
-        for app, host, port, tls in apps:
-            runner = app_runner(app, shutdown_timeout=shutdown_timeout, keepalive_timeout=keepalive_timeout)
+        for index, (app, host, port, tls) in enumerate(apps):
+            # aiohttp's own close waits up to twice this per connection: what is left of the
+            # budget once begun requests had theirs.
+            runner = app_runner(
+                app,
+                shutdown_timeout=CLOSE_SECONDS,
+                keepalive_timeout=keepalive_timeout,
+                port_name="verbs" if index == 0 else "probe",
+            )
             await runner.setup()
             runners.append(runner)
             site = web.TCPSite(runner, host, port, ssl_context=tls)
             await site.start()
             sites.append(site)
+        ledger = apps[0][0][BUFFERS]
+        tasks.append(asyncio.create_task(cut_overdue_answers(ledger, ANSWER_TIMEOUT_SECONDS)))
+        tasks.append(asyncio.create_task(trim_after_bursts([r.guarded for r in runners], ledger)))
         if on_start is not None:
             on_start()
         await stop.wait()
+        deadline = loop.time() + drain_seconds + shutdown_timeout
         if on_stop is not None:
             on_stop()
         log.info(
@@ -493,13 +567,17 @@ async def serve_until_stopped(
         for site in sites:
             await site.stop()  # no new connections
         begun = [app[BEGUN] for app, *_ in apps if BEGUN in app]
+        # aiohttp's close of each port takes up to twice CLOSE_SECONDS: leave that out of the wait.
+        closing = 2 * CLOSE_SECONDS * len(runners) + CLOSE_SECONDS
         try:
-            async with asyncio.timeout(shutdown_timeout):
+            async with asyncio.timeout_at(max(loop.time(), deadline - closing)):
                 for requests in begun:
                     await requests.none_left()
         except TimeoutError:
             log.warning(
-                "stopping: %d requests still unanswered after %.0f s", sum(b.count for b in begun), shutdown_timeout
+                "stopping: %d requests still unanswered after %.1f s; closing them",
+                sum(b.count for b in begun),
+                shutdown_timeout,
             )
     finally:
         for task in tasks:
@@ -512,6 +590,7 @@ def create_app(extender: Extender) -> web.Application:
     max_bytes = extender.config.max_request_bytes
     app = web.Application(client_max_size=max_bytes)
     app[EXTENDER] = extender
+    app[BUFFERS] = extender.buffers
     app[BEGUN] = begun = Begun()
     extender.metrics.watch_state(extender.state)
     # A lambda, not the bound method: a relist replaces the accounts dict.

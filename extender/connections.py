@@ -1,0 +1,198 @@
+"""Connections under a budget: a cap per port, bytes held for clients counted across them,
+and memory given back to the system after a burst (docs/reliability.md, "Memory under load").
+
+aiohttp bounds one request (header line and count limits, ``client_max_size``) but not how
+many connections are open, nor what they hold together: each open connection may hold a
+header block being read, a body being read, an answer its client does not take. The
+choices are ``extender.budget``'s; this module only counts and closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import logging
+import time
+import weakref
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from extender.budget import BufferLedger, ConnectionView, eviction_order
+
+log = logging.getLogger("extender.connections")
+
+# Pipelined requests parsed ahead of the one being handled: each keeps its header block
+# (aiohttp queues up to 32). No scheduler, kubelet or Prometheus pipelines.
+QUEUED_REQUESTS = 2
+
+
+class GuardedHandler(RequestHandler):
+    """aiohttp's connection, with what the cap's choice reads of it."""
+
+    __slots__ = ("__weakref__", "last_request_at", "ledger")
+
+    def __init__(self, manager: web.Server, *, ledger: BufferLedger, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self.last_request_at = time.monotonic()
+        self.ledger = ledger
+
+    def data_received(self, data: bytes) -> None:
+        parsed = self._request_count
+        super().data_received(data)
+        if self._request_count != parsed:
+            self.last_request_at = time.monotonic()
+            if len(self._messages) >= QUEUED_REQUESTS and not self._buffer_paused:
+                self._pause_reading_for_buffer()  # aiohttp resumes it as the queue drains
+
+    def view(self) -> ConnectionView:
+        return ConnectionView(self._request_in_progress, self._request_count, self.last_request_at)
+
+    def cut(self) -> None:
+        """Close at once, dropping what is buffered to send (``close`` would wait to send it)."""
+        if self.transport is not None:
+            self.transport.abort()
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        """The answer counts as held until its client takes it, and is cut when it does not in
+        time (``cut_overdue_answers``)."""
+        size = resp.content_length or 0
+        holding = self.ledger.open("answer", self.cut, time.monotonic())
+        try:
+            if size:
+                self.ledger.grow(holding, size, time.monotonic())
+            return await super().finish_response(request, resp, start_time)
+        finally:
+            self.ledger.close(holding)
+
+
+class GuardedServer(web.Server):
+    """aiohttp's server with a cap on open connections: past it, a new connection closes the one
+    ``budget.eviction_order`` puts first."""
+
+    def __init__(self, *args: Any, port_name: str, max_connections: int, ledger: BufferLedger, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.port_name = port_name
+        self.max_connections = max_connections
+        self.ledger = ledger
+        self.evictions = 0
+        # Created, not yet made: a connection whose TLS handshake fails is never made, so weakly held.
+        self._unmade: weakref.WeakSet[RequestHandler] = weakref.WeakSet()
+        self.closed = 0  # connections closed since the last trim
+
+    def __call__(self) -> RequestHandler:
+        # Connections accepted in one batch are made (``connection_made``) only after every one of
+        # them was created here: count those still to be made, too.
+        open_ = [
+            (h, h.view()) for h, t in self._connections.items() if isinstance(h, GuardedHandler) and not t.is_closing()
+        ]
+        excess = len(open_) + len(self._unmade) + 1 - self.max_connections
+        if excess > 0:
+            for victim in eviction_order(open_)[:excess]:
+                self.evictions += 1
+                log.warning(
+                    "%s port: %d connections open (the cap): closing one %s",
+                    self.port_name,
+                    self.max_connections,
+                    "with a request under way" if victim.view().busy else "idle or still sending its header",
+                )
+                victim.cut()
+        handler = GuardedHandler(self, loop=self._loop, ledger=self.ledger, **self._kwargs)
+        self._unmade.add(handler)
+        return handler
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        self._unmade.discard(handler)
+        super().connection_made(handler, transport)
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        super().connection_lost(handler, exc)
+        self.closed += 1
+
+
+class GuardedRunner(web.AppRunner):
+    """``web.AppRunner`` serving through a ``GuardedServer``."""
+
+    def __init__(
+        self, app: web.Application, *, port_name: str, max_connections: int, ledger: BufferLedger, **kwargs: Any
+    ) -> None:
+        super().__init__(app, **kwargs)
+        self._guard = {"port_name": port_name, "max_connections": max_connections, "ledger": ledger}
+
+    async def _make_server(self) -> web.Server:
+        plain = await super()._make_server()  # the app's start-up, and aiohttp's own arguments
+        return GuardedServer(
+            plain.request_handler,
+            request_factory=plain.request_factory,
+            handler_cancellation=plain.handler_cancellation,
+            **self._guard,  # type: ignore[arg-type]
+            **plain._kwargs,  # what aiohttp passes each RequestHandler (no public getter)
+        )
+
+    @property
+    def guarded(self) -> GuardedServer:
+        server = self.server
+        assert isinstance(server, GuardedServer)
+        return server
+
+
+# -- memory given back ---------------------------------------------------------------
+
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def _glibc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        libc.malloc_trim  # noqa: B018 (glibc only: musl has none)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _glibc()
+
+
+def keep_large_buffers_apart() -> None:
+    """Blocks of 128 KiB and more (bodies, answers, header blocks) are mapped on their own and
+    unmapped when freed. glibc's default raises this threshold after the first large block is
+    freed, up to 32 MiB, and then carves later ones out of the heap, which a burst leaves grown."""
+    if _LIBC is not None:
+        _LIBC.mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
+
+
+def give_memory_back() -> None:
+    """Return the heap's free pages to the system (glibc's ``malloc_trim``)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+async def trim_after_bursts(servers: list[GuardedServer], ledger: BufferLedger, interval_seconds: float = 5.0) -> None:
+    """Every ``interval_seconds``, when connections closed or large bodies or answers were let go
+    of since the last look, give the freed memory back (in a thread: the trim walks the heap)."""
+    released = ledger.released
+    while True:
+        await asyncio.sleep(interval_seconds)
+        closed = sum(server.closed for server in servers)
+        if closed or ledger.released != released:
+            for server in servers:
+                server.closed = 0
+            released = ledger.released
+            await asyncio.to_thread(give_memory_back)
+
+
+async def cut_overdue_answers(ledger: BufferLedger, answer_seconds: float, interval_seconds: float = 1.0) -> None:
+    """An answer its client has not taken within ``answer_seconds`` is cut: the scheduler's own
+    timeout (``httpTimeout``, 5 s by default) has long given up on it."""
+    while True:
+        await asyncio.sleep(interval_seconds)
+        for holding in ledger.overdue("answer", answer_seconds, time.monotonic()):
+            log.warning("an answer of %d bytes not taken in %.0f s: connection closed", holding.size, answer_seconds)
+            ledger.cut(holding)
