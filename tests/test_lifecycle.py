@@ -161,3 +161,42 @@ def test_a_renewed_certificate_is_served_without_a_restart_or_a_failed_request(
     assert not failures, failures[:3]
     assert answered > 10
     assert process.poll() is None  # no restart
+
+
+def _client_answer(port: int, ca: Path, cert: tuple[Path, Path]) -> str:
+    """ "200", or the TLS or connection error a client with ``cert`` meets."""
+    context = ssl.create_default_context(cafile=str(ca))
+    context.load_cert_chain(*cert)
+    request = urllib.request.Request(f"https://127.0.0.1:{port}/filter", data=BODY, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
+            return str(response.status)
+    except (OSError, ssl.SSLError) as error:
+        return repr(error)
+
+
+def test_a_client_ca_removed_from_the_file_is_no_longer_trusted(
+    tmp_path: Path, stopped: list[subprocess.Popen[bytes]]
+) -> None:
+    """Issue 22, finding 6: a renewed server certificate was picked up, but a client CA removed
+    from the file stayed trusted until a restart (an SSLContext can only add CAs)."""
+    ours, retired = generate_certificates(tmp_path / "ours"), generate_certificates(tmp_path / "retired")
+    client_ca = tmp_path / "client-ca.pem"
+    client_ca.write_bytes(ours.ca_cert.read_bytes() + retired.ca_cert.read_bytes())
+    process, port = serve(
+        tmp_path,
+        *("--tls-cert-file", str(ours.serving_cert), "--tls-key-file", str(ours.serving_key)),
+        *("--client-ca-file", str(client_ca), "--tls-reload-seconds", "0.2"),
+    )
+    stopped.append(process)
+    wait_listening(process, port, tmp_path)
+    retired_client = (retired.admin_cert, retired.admin_key)
+    our_client = (ours.admin_cert, ours.admin_key)
+    assert _client_answer(port, ours.ca_cert, retired_client) == "200"
+    client_ca.write_bytes(ours.ca_cert.read_bytes())  # the retired CA is taken out
+    deadline = time.monotonic() + 10
+    while _client_answer(port, ours.ca_cert, retired_client) == "200":
+        assert time.monotonic() < deadline, "the removed client CA is still trusted"
+        time.sleep(0.2)
+    assert _client_answer(port, ours.ca_cert, our_client) == "200"
+    assert process.poll() is None  # no restart
