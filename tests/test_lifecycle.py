@@ -200,3 +200,25 @@ def test_a_client_ca_removed_from_the_file_is_no_longer_trusted(
         time.sleep(0.2)
     assert _client_answer(port, ours.ca_cert, our_client) == "200"
     assert process.poll() is None  # no restart
+
+
+def test_shutdown_ends_within_drain_plus_shutdown_timeout_with_bodies_still_arriving(
+    tmp_path: Path, stopped: list[subprocess.Popen[bytes]]
+) -> None:
+    """Issue 22, finding 5: bodies still arriving made exit take drain + 2 x --shutdown-timeout
+    (23.5 s against the 15 s the chart checks against the grace period)."""
+    process, port = serve(tmp_path, "--drain-seconds", "1", "--shutdown-timeout", "2")
+    stopped.append(process)
+    wait_listening(process, port, tmp_path)
+    head = f"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: {len(BODY)}\r\n\r\n".encode()
+    clients = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(5)]
+    for client in clients:
+        client.sendall(head + BODY[:10])  # and never the rest
+    time.sleep(0.3)
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    took = time.monotonic() - started
+    assert took < 1 + 2 + 0.5, f"exit took {took:.1f} s"
+    for client in clients:
+        client.close()
