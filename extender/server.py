@@ -225,7 +225,7 @@ class Extender:
             log.warning("filter while not ready (%s): answering with an error", unready)
             return web.Response(body=render_filter_error(unready_message(unready)), content_type=JSON)
         pod = args.pod
-        demand = self.state.demand_of(pod)
+        demand = self.state.demand_for(pod)
         refused = self.verbs.refused_holds
         decision, held = self.verbs.filter(
             pod.metadata.uid, pod.metadata.namespace, demand, args.node_names, name=pod.metadata.name
@@ -249,7 +249,7 @@ class Extender:
             # Prioritize errors are ignored by the scheduler; neutral scores say the same.
             return _Answer(render_priorities(HostScores.neutral(args.node_names)))
         pod = args.pod
-        demand = self.state.demand_of(pod)
+        demand = self.state.demand_for(pod)
         scores = self.verbs.prioritize(pod.metadata.uid, pod.metadata.namespace, demand, args.node_names)
         return _Answer(render_priorities(scores))
 
