@@ -5,13 +5,13 @@ Pure: connections are described by plain values, time is passed in, and the shel
 (``extender.connections``) closes whatever this module names.
 
 Two caps. Connections per port: a new one past the cap closes the connection that
-matters least: one with no request under way before one with, one that never finished
-a request (a slow header block) before one that did, the longest idle first. A
-scheduler's connection finishes requests every few milliseconds, so it is the last to
-go. Bytes held for clients across connections (request bodies being read, answers not
-yet taken): past the cap, the holders that made no progress for the longest are cut
-until the total is under it again; a request that streams is younger than one that
-stalls.
+matters least: one with no request under way before one with, then the one that finished
+the fewest requests (a slow header block finished none; a flood of fresh connections
+one each), then the longest idle. A scheduler keeps its connections and sends request
+after request on them, so they are the last to go. Bytes held for clients across
+connections (request bodies being read, answers not yet taken): past the cap, the
+holders that made no progress for the longest are cut until the total is under it
+again; a request that streams is younger than one that stalls.
 """
 
 from __future__ import annotations
@@ -33,9 +33,18 @@ class ConnectionView:
     last_request_at: float  # when it last finished parsing one (when it opened, if never)
 
 
+# Past this many requests connections rank alike, by idleness: a new scheduler connection is
+# not forever behind an attacker's that sent many.
+SEASONED_REQUESTS = 8
+
+
 def eviction_order(connections: Iterable[tuple[Conn, ConnectionView]]) -> list[Conn]:
     """The connections in the order they give way to a new one, first to go first."""
-    ranked = sorted(connections, key=lambda item: (item[1].busy, item[1].requests > 0, item[1].last_request_at))
+
+    def rank(view: ConnectionView) -> tuple[bool, int, float]:
+        return view.busy, min(view.requests, SEASONED_REQUESTS), view.last_request_at
+
+    ranked = sorted(connections, key=lambda item: rank(item[1]))
     return [conn for conn, _ in ranked]
 
 
@@ -44,7 +53,7 @@ class Holding:
     """Bytes one request holds for its client: its body so far, or its answer not yet taken."""
 
     kind: str  # "body" or "answer"
-    cut: Callable[[], None]  # closes the connection, which lets go of the bytes
+    cut: Callable[[str], None]  # closes the connection (which lets go of the bytes), saying why
     since: float
     progress_at: float
     size: int = 0
@@ -62,7 +71,7 @@ class BufferLedger:
     _holdings: dict[int, Holding] = field(default_factory=dict)
     _order: itertools.count[int] = field(default_factory=itertools.count)
 
-    def open(self, kind: str, cut: Callable[[], None], now: float) -> Holding:
+    def open(self, kind: str, cut: Callable[[str], None], now: float) -> Holding:
         holding = Holding(kind, cut, now, now, order=next(self._order))
         self._holdings[holding.order] = holding
         return holding
@@ -77,7 +86,7 @@ class BufferLedger:
         self.total += size
         if self.total > self.limit:
             for stale in sorted(self._holdings.values(), key=lambda h: (h.progress_at, h.order)):
-                self.cut(stale)
+                self.cut(stale, f"bodies and answers held for clients over {self.limit} bytes (maxBufferedBytes)")
                 if self.total <= self.limit:
                     break
 
@@ -87,10 +96,10 @@ class BufferLedger:
             self.total -= holding.size
             self.released += holding.size
 
-    def cut(self, holding: Holding) -> None:
+    def cut(self, holding: Holding, reason: str) -> None:
         self.close(holding)
         self.cuts += 1
-        holding.cut()
+        holding.cut(reason)
 
     def overdue(self, kind: str, older_than: float, now: float) -> list[Holding]:
         """Holdings of ``kind`` begun more than ``older_than`` seconds ago."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import functools
+import gc
 import logging
 import time
 import weakref
@@ -55,13 +57,21 @@ class GuardedHandler(RequestHandler):
         if self.transport is not None:
             self.transport.abort()
 
+    def _cut_answer(self, size: int, reason: str) -> None:
+        log.warning("an answer of %d bytes to %s cut: %s", size, self._peer(), reason)
+        self.cut()
+
+    def _peer(self) -> str:
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return str(peer[0]) if isinstance(peer, tuple) else "a client"
+
     async def finish_response(
         self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
     ) -> tuple[web.StreamResponse, bool]:
         """The answer counts as held until its client takes it, and is cut when it does not in
         time (``cut_overdue_answers``)."""
         size = resp.content_length or 0
-        holding = self.ledger.open("answer", self.cut, time.monotonic())
+        holding = self.ledger.open("answer", functools.partial(self._cut_answer, size), time.monotonic())
         try:
             if size:
                 self.ledger.grow(holding, size, time.monotonic())
@@ -174,17 +184,26 @@ def give_memory_back() -> None:
         _LIBC.malloc_trim(0)
 
 
+# What counts as a burst worth giving memory back after: a probe's connection a few seconds
+# is not one.
+BURST_CONNECTIONS = 16
+BURST_BYTES = 16 * 1024 * 1024
+
+
 async def trim_after_bursts(servers: list[GuardedServer], ledger: BufferLedger, interval_seconds: float = 5.0) -> None:
-    """Every ``interval_seconds``, when connections closed or large bodies or answers were let go
-    of since the last look, give the freed memory back (in a thread: the trim walks the heap)."""
+    """Every ``interval_seconds``, when many connections closed or many bytes of bodies and answers
+    were let go of since the last look, give the freed memory back: first the reference cycles
+    a refused request leaves (an error keeps its traceback, whose frames keep the connection and
+    its last read, up to 256 KiB), then the heap's free pages (in a thread: the trim walks it)."""
     released = ledger.released
     while True:
         await asyncio.sleep(interval_seconds)
         closed = sum(server.closed for server in servers)
-        if closed or ledger.released != released:
+        if closed >= BURST_CONNECTIONS or ledger.released - released >= BURST_BYTES:
             for server in servers:
                 server.closed = 0
             released = ledger.released
+            gc.collect()
             await asyncio.to_thread(give_memory_back)
 
 
@@ -194,5 +213,4 @@ async def cut_overdue_answers(ledger: BufferLedger, answer_seconds: float, inter
     while True:
         await asyncio.sleep(interval_seconds)
         for holding in ledger.overdue("answer", answer_seconds, time.monotonic()):
-            log.warning("an answer of %d bytes not taken in %.0f s: connection closed", holding.size, answer_seconds)
-            ledger.cut(holding)
+            ledger.cut(holding, f"not taken in {answer_seconds:.0f} s")

@@ -12,6 +12,7 @@ import asyncio
 import functools
 import logging
 import random
+import re
 import signal
 import ssl
 import time
@@ -160,11 +161,8 @@ async def _receive(request: web.Request, limit: int, ledger: BufferLedger, holdi
     return b"".join(chunks)
 
 
-def _cut_body(request: web.Request) -> None:
-    log.warning(
-        "a body from %s cut: bodies and answers held for clients are over the budget (maxBufferedBytes)",
-        request.remote,
-    )
+def _cut_body(request: web.Request, reason: str) -> None:
+    log.warning("a body from %s cut: %s", request.remote, reason)
     if request.transport is not None:
         request.transport.abort()
 
@@ -486,6 +484,21 @@ class _BadHttpIsOneLine(logging.Filter):
 logging.getLogger("aiohttp.server").addFilter(_BadHttpIsOneLine())
 
 
+def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio's errors, each under a message that does not change with the objects it names.
+
+    asyncio formats the objects into the message (``Exception in callback
+    BaseSelectorEventLoop._start_serving(<... at 0x7f...>)``, a timer's deadline), so each
+    record was unlike the last and none was counted as a repeat (``logs.RepeatLimiter``):
+    when file descriptors ran out, every failed accept() scheduled a retry that failed again."""
+    message = str(context.get("message") or "unhandled exception in the event loop")
+    head = re.sub(r"\(<.*|<.*", "", message.splitlines()[0]).strip() or "event loop error"
+    error = context.get("exception")
+    logging.getLogger("asyncio").error(
+        head.replace("%", "%%"), exc_info=error if isinstance(error, BaseException) else None
+    )
+
+
 def app_runner(
     app: web.Application,
     *,
@@ -540,6 +553,7 @@ async def serve_until_stopped(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     keep_large_buffers_apart()
+    loop.set_exception_handler(_loop_error)
     runners: list[GuardedRunner] = []
     sites = []
     tasks = [asyncio.create_task(job()) for job in background]
