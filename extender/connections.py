@@ -10,11 +10,13 @@ choices are ``extender.budget``'s; this module only counts and closes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import gc
 import logging
+import resource
 import time
 import weakref
 from typing import Any
@@ -148,6 +150,15 @@ class GuardedRunner(web.AppRunner):
         server = self.server
         assert isinstance(server, GuardedServer)
         return server
+
+
+def raise_open_files_limit() -> None:
+    """The soft limit on open files up to the hard one: a container's soft limit is often 1,024,
+    well under what two ports' caps and the watches may need."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 # -- memory given back ---------------------------------------------------------------

@@ -34,6 +34,7 @@ from extender.connections import (
     GuardedRunner,
     cut_overdue_answers,
     keep_large_buffers_apart,
+    raise_open_files_limit,
     trim_after_bursts,
 )
 from extender.decision import FilterDecision, HostScores, Outcome
@@ -553,6 +554,7 @@ async def serve_until_stopped(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     keep_large_buffers_apart()
+    raise_open_files_limit()
     loop.set_exception_handler(_loop_error)
     runners: list[GuardedRunner] = []
     sites = []

@@ -118,7 +118,14 @@ def test_schema_policy_keys_and_enums_match_the_extender() -> None:
         assert policy["properties"]["mode"]["enum"] == [m.value for m in Mode]
         assert policy["properties"]["widening"]["enum"] == [w.value for w in Widening]
         assert policy["additionalProperties"] is False
-    assert set(config) == {"resourceName", "maxRequestBytes", "defaults", "namespaces"}
+    assert set(config) == {
+        "resourceName",
+        "maxRequestBytes",
+        "maxBufferedBytes",
+        "maxConnections",
+        "defaults",
+        "namespaces",
+    }
 
 
 def extender_args(rendered: Rendered) -> list[str]:
