@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +132,7 @@ class SchedulerProbe:
 
     latencies: list[float] = field(default_factory=list)
     failures: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -152,13 +154,14 @@ class SchedulerProbe:
                 try:
                     async with session.post("/filter", data=FILTER, headers={"Content-Type": "application/json"}) as r:
                         answer = await r.read()
-                        ok = r.status == 200 and b'"NodeNames"' in answer
-                except (aiohttp.ClientError, TimeoutError, OSError):
-                    ok = False
-                if ok:
+                        why = "" if r.status == 200 and b'"NodeNames"' in answer else f"status {r.status}"
+                except (aiohttp.ClientError, TimeoutError, OSError) as error:
+                    why = type(error).__name__
+                if not why:
                     self.latencies.append(time.perf_counter() - started)
                 else:
                     self.failures += 1
+                    self.reasons[why] += 1
                 await asyncio.sleep(interval)
 
     def figures(self) -> dict[str, Any]:
@@ -170,6 +173,7 @@ class SchedulerProbe:
         return {
             "scheduler_filters": len(ordered),
             "scheduler_failures": self.failures,
+            "scheduler_failure_reasons": dict(self.reasons),
             "scheduler_p50_ms": at(0.5),
             "scheduler_p99_ms": at(0.99),
             "scheduler_max_ms": round(1000 * ordered[-1], 2) if ordered else 0.0,

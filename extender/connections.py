@@ -18,11 +18,10 @@ import gc
 import logging
 import resource
 import time
-import weakref
 from typing import Any
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from extender.budget import BufferLedger, ConnectionView, eviction_order
 
@@ -36,7 +35,7 @@ QUEUED_REQUESTS = 2
 class GuardedHandler(RequestHandler):
     """aiohttp's connection, with what the cap's choice reads of it."""
 
-    __slots__ = ("__weakref__", "last_request_at", "ledger")
+    __slots__ = ("last_request_at", "ledger")
 
     def __init__(self, manager: web.Server, *, ledger: BufferLedger, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
@@ -48,6 +47,13 @@ class GuardedHandler(RequestHandler):
         super().data_received(data)
         if self._request_count != parsed:
             self.last_request_at = time.monotonic()
+            last = self._messages[-1][0] if self._messages else None
+            if isinstance(last, _ErrInfo):
+                # A refused head (a header line over the limit): aiohttp keeps the parser's error for
+                # its 400, and the error's traceback keeps the read it failed in (up to 256 KiB) in
+                # a cycle with this connection until a full collection. 400 such connections held
+                # about 100 MiB at once.
+                last.exc.__traceback__ = None
             if len(self._messages) >= QUEUED_REQUESTS and not self._buffer_paused:
                 self._pause_reading_for_buffer()  # aiohttp resumes it as the queue drains
 
@@ -92,34 +98,31 @@ class GuardedServer(web.Server):
         self.max_connections = max_connections
         self.ledger = ledger
         self.evictions = 0
-        # Created, not yet made: a connection whose TLS handshake fails is never made, so weakly held.
-        self._unmade: weakref.WeakSet[RequestHandler] = weakref.WeakSet()
         self.closed = 0  # connections closed since the last trim
 
     def __call__(self) -> RequestHandler:
-        # Connections accepted in one batch are made (``connection_made``) only after every one of
-        # them was created here: count those still to be made, too.
-        open_ = [
-            (h, h.view()) for h, t in self._connections.items() if isinstance(h, GuardedHandler) and not t.is_closing()
-        ]
-        excess = len(open_) + len(self._unmade) + 1 - self.max_connections
-        if excess > 0:
-            for victim in eviction_order(open_)[:excess]:
-                self.evictions += 1
-                log.warning(
-                    "%s port: %d connections open (the cap): closing one %s",
-                    self.port_name,
-                    self.max_connections,
-                    "with a request under way" if victim.view().busy else "idle or still sending its header",
-                )
-                victim.cut()
-        handler = GuardedHandler(self, loop=self._loop, ledger=self.ledger, **self._kwargs)
-        self._unmade.add(handler)
-        return handler
+        return GuardedHandler(self, loop=self._loop, ledger=self.ledger, **self._kwargs)
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
-        self._unmade.discard(handler)
+        """Past the cap, the connections ``eviction_order`` puts first are closed, never the new
+        one: at this point (not when accepted, which comes in batches) it can be ranked with the
+        rest, so a batch of a flood's fresh connections goes before a scheduler's."""
         super().connection_made(handler, transport)
+        open_ = [
+            (h, h.view())
+            for h, t in self._connections.items()
+            if isinstance(h, GuardedHandler) and h is not handler and not t.is_closing()
+        ]
+        excess = len(open_) + 1 - self.max_connections
+        for victim in eviction_order(open_)[: max(0, excess)]:
+            self.evictions += 1
+            log.warning(
+                "%s port: %d connections open (the cap): closing one %s",
+                self.port_name,
+                self.max_connections,
+                "with a request under way" if victim.view().busy else "idle or still sending its header",
+            )
+            victim.cut()
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         super().connection_lost(handler, exc)
