@@ -458,8 +458,8 @@ BUFFERS = web.AppKey("buffers", BufferLedger)
 
 def create_probe_app(extender: Extender) -> web.Application:
     """Health and metrics only, for a plain-HTTP port beside an mTLS one (kubelet probes
-    and Prometheus present no client certificate). No request has a body."""
-    app = web.Application(client_max_size=0)
+    and Prometheus present no client certificate). No handler reads a body."""
+    app = web.Application()
     app[EXTENDER] = extender
     app[BUFFERS] = extender.buffers
     app.router.add_get("/healthz", extender.healthz)
