@@ -202,13 +202,14 @@ class Reflector(Generic[Obj, Rec]):
         kwargs: dict[str, Any] = {}
         if self._resource.field_selector:
             kwargs["field_selector"] = self._resource.field_selector
+        timeout = self._watch_timeout + self._rng.randrange(0, max(1, self._watch_timeout // 5))
         try:
             response = self._resource.list_call(
                 watch=True,
                 resource_version=version,
                 allow_watch_bookmarks=True,
                 # Spread the servers' watch restarts; the server closes the stream cleanly.
-                timeout_seconds=self._watch_timeout + self._rng.randrange(0, max(1, self._watch_timeout // 5)),
+                timeout_seconds=timeout,
                 _preload_content=False,
                 _request_timeout=self._timeouts,
                 **kwargs,
@@ -228,8 +229,10 @@ class Reflector(Generic[Obj, Rec]):
                 self.last_progress = time.monotonic()
         finally:
             response.release_conn()
-        if not events and time.monotonic() - started < SHORT_WATCH_SECONDS and not self._stop.is_set():
-            raise VeryShortWatch(f"very short watch: it ended within {SHORT_WATCH_SECONDS:.0f} s without an event")
+        # Shorter than half its own timeout, too: a watch asked to last a second may end in one.
+        short = min(SHORT_WATCH_SECONDS, timeout / 2)
+        if not events and time.monotonic() - started < short and not self._stop.is_set():
+            raise VeryShortWatch(f"very short watch: it ended within {short:.1f} s without an event")
         self.last_progress = time.monotonic()  # the server ended the watch cleanly
         return version
 
