@@ -259,3 +259,24 @@ def test_made_up_pods_cannot_keep_a_real_pod_off_the_pools(cell: Cell) -> None:
     post(extender, "filter", {"Pod": pod_body("any", cell.namespace, "any-uid"), "NodeNames": nodes})
     assert metric_value(extender, "hugepage_extender_holds_refused_total") > 0  # the fakes' holds, dropped
     assert msgspec.json.encode(nodes)  # the six pools were the candidates
+
+
+def test_a_made_up_demand_for_a_real_pending_pod_neither_admits_nor_binds_it(cell: Cell) -> None:
+    """Issue 22, finding 7: whoever reaches the verbs named another tenant's Pending pod with a
+    made-up demand and had it bound anywhere. The watch shows the pod: its real need decides."""
+    roomy = cell.node("roomy", hugepages="1Gi")
+    small = cell.node("small", hugepages="256Mi")
+    tenant = cell.new_namespace("tenant")
+    extender = cell.extender({"namespaces": {tenant: {"mode": "enforce"}}}, enable_bind=True)
+    victim = cell.pod("victim", "no-such-scheduler", namespace=tenant, hugepages_2mi="512Mi")
+    uid = str(cell.core.read_namespaced_pod(victim, tenant).metadata.uid)  # type: ignore[union-attr]
+    made_up = {"Pod": pod_body(victim, tenant, uid, hugepages="0"), "NodeNames": [roomy, small]}
+    # Once the watch shows the pod, its 512Mi decide: the 256Mi pool is not admitted.
+    wait_until(
+        "filter to decide by the watch's pod",
+        lambda: post(extender, "filter", made_up)[1]["NodeNames"] == [roomy],
+        timeout=30,
+    )
+    answer = post(extender, "bind", {"PodName": victim, "PodNamespace": tenant, "PodUID": uid, "Node": small})[1]
+    assert "not one this extender's filter admitted" in answer["Error"]
+    assert cell.plane.pod_assignments(tenant)[victim] is None
