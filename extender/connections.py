@@ -30,6 +30,9 @@ log = logging.getLogger("extender.connections")
 # Pipelined requests parsed ahead of the one being handled: each keeps its header block
 # (aiohttp queues up to 32). No scheduler, kubelet or Prometheus pipelines.
 QUEUED_REQUESTS = 2
+# Answers up to this size are not counted: the transport takes each in one write, and a client
+# that reads none of them holds at most this much per connection (the cap bounds connections).
+SMALL_ANSWER_BYTES = 64 * 1024
 
 
 class GuardedHandler(RequestHandler):
@@ -79,10 +82,11 @@ class GuardedHandler(RequestHandler):
         """The answer counts as held until its client takes it, and is cut when it does not in
         time (``cut_overdue_answers``)."""
         size = resp.content_length or 0
+        if size <= SMALL_ANSWER_BYTES:  # one write the transport takes whole (most answers)
+            return await super().finish_response(request, resp, start_time)
         holding = self.ledger.open("answer", functools.partial(self._cut_answer, size), time.monotonic())
         try:
-            if size:
-                self.ledger.grow(holding, size, time.monotonic())
+            self.ledger.grow(holding, size, time.monotonic())
             return await super().finish_response(request, resp, start_time)
         finally:
             self.ledger.close(holding)
@@ -185,11 +189,12 @@ _LIBC = _glibc()
 
 
 def keep_large_buffers_apart() -> None:
-    """Blocks of 128 KiB and more (bodies, answers, header blocks) are mapped on their own and
-    unmapped when freed. glibc's default raises this threshold after the first large block is
-    freed, up to 32 MiB, and then carves later ones out of the heap, which a burst leaves grown."""
+    """Blocks of 1 MiB and more (bodies, answers) are mapped on their own and unmapped when freed.
+    glibc's default raises this threshold after the first large block is freed, up to 32 MiB, and
+    then carves later ones out of the heap, which a burst leaves grown. Not lower: asyncio reads
+    into a 256 KiB block on every receive, and mapping each cost a filter 50 us more."""
     if _LIBC is not None:
-        _LIBC.mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
+        _LIBC.mallopt(_M_MMAP_THRESHOLD, 1024 * 1024)
 
 
 def give_memory_back() -> None:

@@ -105,22 +105,24 @@ async def read_body(request: web.Request, timeout: float = BODY_TIMEOUT_SECONDS)
     decompressed in one call, bounded by ``client_max_size`` like a plain one.
     """
     limit = request.app._client_max_size  # aiohttp has no public getter
-    ledger = request.app[BUFFERS]
-    holding = ledger.open("body", functools.partial(_cut_body, request), time.monotonic())
-    try:
-        if request.content.is_eof():
-            body = await _receive(request, limit, ledger, holding)  # all of it has arrived: no timer (most requests)
-        else:
+    if request.content.is_eof():
+        # All of it has arrived (most requests): aiohttp buffers at most 128 KiB of a body before
+        # it stops reading, so it is small, and it is read without a wait: no timer, no budget.
+        body = await _receive(request, limit, None, None)
+    else:
+        ledger = request.app[BUFFERS]
+        holding = ledger.open("body", functools.partial(_cut_body, request), time.monotonic())
+        try:
             async with asyncio.timeout(timeout):
                 body = await _receive(request, limit, ledger, holding)
-    except RequestPayloadError:
-        raise WireError("the body could not be read") from None
-    except TimeoutError:
-        raise web.HTTPRequestTimeout(text="request body not received in time") from None
-    except ConnectionResetError:
-        raise ClientGone from None
-    finally:
-        ledger.close(holding)
+        except RequestPayloadError:
+            raise WireError("the body could not be read") from None
+        except TimeoutError:
+            raise web.HTTPRequestTimeout(text="request body not received in time") from None
+        except ConnectionResetError:
+            raise ClientGone from None
+        finally:
+            ledger.close(holding)
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding in ("", "identity"):
         return body
@@ -139,7 +141,7 @@ async def read_body(request: web.Request, timeout: float = BODY_TIMEOUT_SECONDS)
     return plain
 
 
-async def _receive(request: web.Request, limit: int, ledger: BufferLedger, holding: Holding) -> bytes:
+async def _receive(request: web.Request, limit: int, ledger: BufferLedger | None, holding: Holding | None) -> bytes:
     """The body, at most ``limit`` bytes, read from the stream: ``request.read()`` would keep it
     on the request, and aiohttp keeps a keep-alive connection's last request (and response)
     until the next request on that connection arrives. Each idle connection kept its last body:
@@ -153,7 +155,8 @@ async def _receive(request: web.Request, limit: int, ledger: BufferLedger, holdi
             if size > limit:
                 raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
             chunks.append(chunk)
-            ledger.grow(holding, len(chunk), time.monotonic())
+            if ledger is not None and holding is not None:
+                ledger.grow(holding, len(chunk), time.monotonic())
     except BaseException:
         # The stream keeps the error, whose traceback keeps this frame, which keeps the request
         # and so the stream: a cycle, freed only by a full collection. A cut 31 MiB body stayed.
@@ -168,11 +171,23 @@ def _cut_body(request: web.Request, reason: str) -> None:
         request.transport.abort()
 
 
-class _Answer(web.StreamResponse):
-    """A JSON answer sent in slices, each after the client took the one before, and let go of
-    once sent. In one write the transport kept a copy of whatever the client had not taken yet (a
-    client that never reads held twice a 34 MiB answer), and aiohttp keeps a keep-alive
-    connection's last response until its next request."""
+class _Answer(web.Response):
+    """A JSON answer that lets go of its body once sent: aiohttp keeps a keep-alive
+    connection's last response until the connection's next request (a full-Nodes answer
+    echoes megabytes)."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(body=body, content_type=JSON)
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        await super().write_eof(data)
+        self.body = None
+
+
+class _SlicedAnswer(web.StreamResponse):
+    """A large JSON answer sent in slices, each after the client took the one before, and let
+    go of once sent. In one write the transport kept a copy of whatever the client had not taken
+    yet: a client that never reads held twice a 34 MiB answer."""
 
     def __init__(self, body: bytes) -> None:
         super().__init__(headers={"Content-Type": JSON})
@@ -188,6 +203,11 @@ class _Answer(web.StreamResponse):
         finally:
             del answer  # the same for this frame
         await super().write_eof(data)
+
+
+def _answer(body: bytes) -> web.StreamResponse:
+    """The answer to a verb: one write when small (most: a few hundred bytes), in slices when large."""
+    return _Answer(body) if len(body) <= ANSWER_SLICE_BYTES else _SlicedAnswer(body)
 
 
 class EventRecorder(Protocol):
@@ -250,17 +270,17 @@ class Extender:
                 self.waiting.placed(pod.metadata.uid)
             else:
                 self.waiting.unplaced(pod.metadata.uid, time.monotonic())
-        return _Answer(render_filter(args, decision))
+        return _answer(render_filter(args, decision))
 
     async def prioritize(self, request: web.Request) -> web.StreamResponse:
         args = parse_extender_args(await read_body(request, self.body_timeout_seconds))
         if self.state.unready_reason() is not None:
             # Prioritize errors are ignored by the scheduler; neutral scores say the same.
-            return _Answer(render_priorities(HostScores.neutral(args.node_names)))
+            return _answer(render_priorities(HostScores.neutral(args.node_names)))
         pod = args.pod
         demand = self.state.demand_for(pod)
         scores = self.verbs.prioritize(pod.metadata.uid, pod.metadata.namespace, demand, args.node_names)
-        return _Answer(render_priorities(scores))
+        return _answer(render_priorities(scores))
 
     async def bind(self, request: web.Request) -> web.Response:
         args = parse_binding_args(await read_body(request, self.body_timeout_seconds))
