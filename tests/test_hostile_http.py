@@ -282,3 +282,15 @@ async def test_a_made_up_demand_for_a_pod_the_watch_shows_neither_holds_nor_bind
     state.apply_pod(make_pod("web", "other", hugepages="2Gi", cpu="1"))
     status, answer = await post(client, "filter", pod_args("web", "other", hugepages="2Gi"))
     assert msgspec.json.decode(answer)["NodeNames"] == ["roomy"]
+
+
+async def test_pipelined_requests_are_all_answered(client: Served) -> None:
+    """At most two requests are parsed ahead of the one being handled (each keeps its header
+    block); reading pauses and resumes as they are answered, so none is lost."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 20)
+    await writer.drain()
+    answers = b""
+    while answers.count(b"HTTP/1.1 200") < 20:
+        answers += await asyncio.wait_for(reader.read(65536), 5)
+    writer.close()
