@@ -53,11 +53,16 @@ class Holding:
     """Bytes one request holds for its client: its body so far, or its answer not yet taken."""
 
     kind: str  # "body" or "answer"
-    cut: Callable[[str], None]  # closes the connection (which lets go of the bytes), saying why
+    cut: Callable[[str], None]  # closes the connection (which lets go of the bytes), given why (below)
     since: float
     progress_at: float
     size: int = 0
     order: int = 0
+
+
+# Why a holding is cut: the cap was passed, or an answer was not taken in time.
+OVER_BUDGET = "over_budget"
+NOT_TAKEN = "not_taken"
 
 
 @dataclass
@@ -86,7 +91,7 @@ class BufferLedger:
         self.total += size
         if self.total > self.limit:
             for stale in sorted(self._holdings.values(), key=lambda h: (h.progress_at, h.order)):
-                self.cut(stale, f"bodies and answers held for clients over {self.limit} bytes (maxBufferedBytes)")
+                self.cut(stale, OVER_BUDGET)
                 if self.total <= self.limit:
                     break
 

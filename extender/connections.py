@@ -18,18 +18,23 @@ import gc
 import logging
 import resource
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
-from extender.budget import BufferLedger, ConnectionView, eviction_order
+from extender.budget import NOT_TAKEN, OVER_BUDGET, BufferLedger, ConnectionView, eviction_order
 
 log = logging.getLogger("extender.connections")
 
 # Pipelined requests parsed ahead of the one being handled: each keeps its header block
 # (aiohttp queues up to 32). No scheduler, kubelet or Prometheus pipelines.
 QUEUED_REQUESTS = 2
+CUT_REASONS = {
+    OVER_BUDGET: "bodies and answers held for clients over maxBufferedBytes",
+    NOT_TAKEN: "not taken in time (10 s)",
+}
 # Answers up to this size are not counted: the transport takes each in one write, and a client
 # that reads none of them holds at most this much per connection (the cap bounds connections).
 SMALL_ANSWER_BYTES = 64 * 1024
@@ -38,12 +43,15 @@ SMALL_ANSWER_BYTES = 64 * 1024
 class GuardedHandler(RequestHandler):
     """aiohttp's connection, with what the cap's choice reads of it."""
 
-    __slots__ = ("last_request_at", "ledger")
+    __slots__ = ("last_request_at", "ledger", "on_cut")
 
-    def __init__(self, manager: web.Server, *, ledger: BufferLedger, **kwargs: Any) -> None:
+    def __init__(
+        self, manager: web.Server, *, ledger: BufferLedger, on_cut: Callable[[str], None], **kwargs: Any
+    ) -> None:
         super().__init__(manager, **kwargs)
         self.last_request_at = time.monotonic()
         self.ledger = ledger
+        self.on_cut = on_cut
 
     def data_received(self, data: bytes) -> None:
         parsed = self._request_count
@@ -69,7 +77,8 @@ class GuardedHandler(RequestHandler):
             self.transport.abort()
 
     def _cut_answer(self, size: int, reason: str) -> None:
-        log.warning("an answer of %d bytes to %s cut: %s", size, self._peer(), reason)
+        log.warning("an answer of %d bytes to %s cut: %s", size, self._peer(), CUT_REASONS[reason])
+        self.on_cut(f"answer_{reason}")
         self.cut()
 
     def _peer(self) -> str:
@@ -96,16 +105,25 @@ class GuardedServer(web.Server):
     """aiohttp's server with a cap on open connections: past it, a new connection closes the one
     ``budget.eviction_order`` puts first."""
 
-    def __init__(self, *args: Any, port_name: str, max_connections: int, ledger: BufferLedger, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        port_name: str,
+        max_connections: int,
+        ledger: BufferLedger,
+        on_cut: Callable[[str], None],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.port_name = port_name
         self.max_connections = max_connections
         self.ledger = ledger
+        self.on_cut = on_cut
         self.evictions = 0
         self.closed = 0  # connections closed since the last trim
 
     def __call__(self) -> RequestHandler:
-        return GuardedHandler(self, loop=self._loop, ledger=self.ledger, **self._kwargs)
+        return GuardedHandler(self, loop=self._loop, ledger=self.ledger, on_cut=self.on_cut, **self._kwargs)
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         """Past the cap, the connections ``eviction_order`` puts first are closed, never the new
@@ -126,6 +144,7 @@ class GuardedServer(web.Server):
                 self.max_connections,
                 "with a request under way" if victim.view().busy else "idle or still sending its header",
             )
+            self.on_cut("connection_cap")
             victim.cut()
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
@@ -137,10 +156,18 @@ class GuardedRunner(web.AppRunner):
     """``web.AppRunner`` serving through a ``GuardedServer``."""
 
     def __init__(
-        self, app: web.Application, *, port_name: str, max_connections: int, ledger: BufferLedger, **kwargs: Any
+        self,
+        app: web.Application,
+        *,
+        port_name: str,
+        max_connections: int,
+        ledger: BufferLedger,
+        on_cut: Callable[[str], None],
+        **kwargs: Any,
     ) -> None:
         super().__init__(app, **kwargs)
-        self._guard = {"port_name": port_name, "max_connections": max_connections, "ledger": ledger}
+        self._port_name, self._max_connections = port_name, max_connections
+        self._ledger, self._on_cut = ledger, on_cut
 
     async def _make_server(self) -> web.Server:
         plain = await super()._make_server()  # the app's start-up, and aiohttp's own arguments
@@ -148,7 +175,10 @@ class GuardedRunner(web.AppRunner):
             plain.request_handler,
             request_factory=plain.request_factory,
             handler_cancellation=plain.handler_cancellation,
-            **self._guard,  # type: ignore[arg-type]
+            port_name=self._port_name,
+            max_connections=self._max_connections,
+            ledger=self._ledger,
+            on_cut=self._on_cut,
             **plain._kwargs,  # what aiohttp passes each RequestHandler (no public getter)
         )
 
@@ -232,4 +262,4 @@ async def cut_overdue_answers(ledger: BufferLedger, answer_seconds: float, inter
     while True:
         await asyncio.sleep(interval_seconds)
         for holding in ledger.overdue("answer", answer_seconds, time.monotonic()):
-            ledger.cut(holding, f"not taken in {answer_seconds:.0f} s")
+            ledger.cut(holding, NOT_TAKEN)

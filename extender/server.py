@@ -29,8 +29,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from extender.binding import Binder, BindError
 from extender.budget import BufferLedger, Holding
 from extender.cluster import ClusterState, ReportState
-from extender.config import DEFAULT_MAX_CONNECTIONS, Config
+from extender.config import Config
 from extender.connections import (
+    CUT_REASONS,
     GuardedRunner,
     cut_overdue_answers,
     keep_large_buffers_apart,
@@ -166,7 +167,9 @@ async def _receive(request: web.Request, limit: int, ledger: BufferLedger | None
 
 
 def _cut_body(request: web.Request, reason: str) -> None:
-    log.warning("a body from %s cut: %s", request.remote, reason)
+    log.warning("a body from %s cut: %s", request.remote, CUT_REASONS[reason])
+    metrics = request.app[EXTENDER].metrics
+    metrics.child(metrics.connections_cut, f"body_{reason}").inc()
     if request.transport is not None:
         request.transport.abort()
 
@@ -530,14 +533,18 @@ def app_runner(
 ) -> GuardedRunner:
     """The runner of one port: aiohttp's limits on a request's head, this extender's cap on
     connections, and the process's budget of bytes held for clients (``app[BUFFERS]``)."""
-    ledger = app[BUFFERS]
-    if max_connections is None:
-        max_connections = app[EXTENDER].config.max_connections if EXTENDER in app else DEFAULT_MAX_CONNECTIONS
+    extender = app[EXTENDER]
+    metrics = extender.metrics
+
+    def cut(reason: str) -> None:
+        metrics.child(metrics.connections_cut, reason).inc()
+
     return GuardedRunner(
         app,
         port_name=port_name,
-        max_connections=max_connections,
-        ledger=ledger,
+        max_connections=extender.config.max_connections if max_connections is None else max_connections,
+        ledger=app[BUFFERS],
+        on_cut=cut,
         access_log=None,
         shutdown_timeout=shutdown_timeout,
         keepalive_timeout=keepalive_timeout,

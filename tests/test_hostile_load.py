@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import random
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,8 @@ def test_header_floods_on_the_probe_port_stay_in_budget_and_are_given_back(serve
     assert peak - serve.start_mib < 64, f"{peak:.0f} MiB at peak from {serve.start_mib:.0f}"
     assert scheduler.failures == 0
     assert scheduler.latencies
+    with urllib.request.urlopen(f"http://127.0.0.1:{serve.probe_port}/metrics", timeout=5) as response:
+        assert 'hugepage_extender_connections_cut_total{reason="connection_cap"}' in response.read().decode()
     after = given_back(serve, within_mib=12)
     assert after - serve.start_mib < 12, f"{after:.0f} MiB after the flood, from {serve.start_mib:.0f}"
 
@@ -102,6 +105,9 @@ def test_bodies_held_across_connections_stay_in_budget_and_are_given_back(serve:
     assert peak - serve.start_mib < 110, f"{peak:.0f} MiB at peak from {serve.start_mib:.0f}"
     assert scheduler.failures == 0
     assert "maxBufferedBytes" in serve.log_path.read_text()
+    with urllib.request.urlopen(f"http://127.0.0.1:{serve.probe_port}/metrics", timeout=5) as response:
+        metrics = response.read().decode()
+    assert 'hugepage_extender_connections_cut_total{reason="body_over_budget"}' in metrics
     after = given_back(serve, within_mib=12)
     assert after - serve.start_mib < 12, f"{after:.0f} MiB after the uploads, from {serve.start_mib:.0f}"
 
@@ -153,6 +159,8 @@ async def test_an_answer_not_taken_in_time_is_cut(verbs_port: tuple[int, Extende
     await asyncio.sleep(1.5)
     assert extender.buffers.cuts == 1
     assert len(extender.buffers) == 0
+    cut = {"reason": "answer_not_taken"}
+    assert extender.metrics.registry.get_sample_value("hugepage_extender_connections_cut_total", cut) == 1
     reader._transport.resume_reading()  # type: ignore[attr-defined]
     received = 0
     with contextlib.suppress(ConnectionResetError):
