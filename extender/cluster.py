@@ -60,6 +60,7 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
     usage: PodUsage | None  # None: not bound, or terminal
     terminal: bool
     owner: str = ""  # "namespace/name": who may hold pages under this UID while it waits ("" once bound or over)
+    demand: PodDemand | None = None  # what it needs, while it waits: holds and binds use this, not a caller's word
 
 
 class ClusterState:
@@ -94,6 +95,7 @@ class ClusterState:
         self._inflight = HoldLedger()
         # Pods waiting to be placed, by UID: what a filter's pod must match to hold pages.
         self._waiting: dict[str, str] = {}
+        self._waiting_demands: dict[str, PodDemand] = {}  # the same pods' needs, as the watch shows them
         self.ready = False  # synced: a full listing is loaded
         # Why the picture may be stale (a watch making no progress), or None; set by the informer.
         self.staleness: Callable[[], str | None] = _fresh
@@ -159,6 +161,17 @@ class ClusterState:
     def policy_for(self, namespace: str) -> Policy:
         return self._config.policy_for(namespace)
 
+    def demand_for(self, pod: Pod, policy: Policy | None = None) -> PodDemand:
+        """The pod's need as the watch shows it, when it shows this pod (UID, namespace and
+        name) waiting; else as the caller's copy says (a pod the watch has not shown yet).
+        Whoever reaches the verbs may name a real pod with a made-up need: holds, binds and
+        answers about a pod the watch shows are computed from the watch's copy."""
+        meta = pod.metadata
+        shown = self._waiting_demands.get(meta.uid)
+        if shown is not None and self._waiting.get(meta.uid) == f"{meta.namespace}/{meta.name}":
+            return shown
+        return self.demand_of(pod, policy)
+
     def demand_of(self, pod: Pod, policy: Policy | None = None) -> PodDemand:
         """The pod's need, as its namespace's policy (``policy``, when already looked up) counts it."""
         if policy is None:
@@ -196,8 +209,9 @@ class ClusterState:
         usage = self._usage(pod)
         # Only a pod waiting for a node is remembered with its owner (``_waiting``): a string for
         # each of 300,000 bound pods was 18 MiB a list left behind (docs/performance.md, Scale).
-        owner = f"{meta.namespace}/{meta.name}" if usage is None and not pod.is_terminal else ""
-        return PodRecord(meta.uid, usage, pod.is_terminal, owner)
+        if usage is not None or pod.is_terminal:
+            return PodRecord(meta.uid, usage, pod.is_terminal)
+        return PodRecord(meta.uid, None, False, f"{meta.namespace}/{meta.name}", self.demand_of(pod))
 
     def replace_nodes(self, records: Iterable[tuple[str, NodeCapacity]]) -> None:
         """A relist of Nodes."""
@@ -210,6 +224,7 @@ class ClusterState:
         """A relist of Pods. Placements in flight survive it unless the pod now shows bound."""
         records = list(records)
         self._waiting = {r.uid: r.owner for r in records if r.usage is None and not r.terminal}
+        self._waiting_demands = {r.uid: r.demand for r in records if r.uid in self._waiting and r.demand is not None}
         self._install_pods({r.uid: r.usage for r in records if r.usage is not None})
 
     def _install_nodes(self, capacities: dict[str, NodeCapacity]) -> None:
@@ -319,8 +334,11 @@ class ClusterState:
     def apply_pod_record(self, record: PodRecord) -> None:
         uid, usage = record.uid, record.usage
         touched = self._forget_pod(uid)
+        self._waiting_demands.pop(uid, None)
         if usage is None and not record.terminal:
             self._waiting[uid] = record.owner
+            if record.demand is not None:
+                self._waiting_demands[uid] = record.demand
         else:
             self._waiting.pop(uid, None)
         if usage is not None:
@@ -338,6 +356,7 @@ class ClusterState:
 
     def remove_pod(self, uid: str) -> None:
         self._waiting.pop(uid, None)
+        self._waiting_demands.pop(uid, None)
         touched = self._forget_pod(uid) | self._inflight.release(uid)
         self._refresh(touched)
 

@@ -26,6 +26,11 @@ DEFAULT_RESOURCE = "hugepages-2Mi"
 # A 5,000-node full-Nodes request is ~20 MB; the worst 32 MiB request peaks near 340 MiB RSS
 # (benchmarks/worst_request.py), which the chart's 512Mi limit holds with the cluster cache.
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
+# Across every connection: request bodies being read and answers not yet taken (an answer is at
+# most about 1.06 times its request). Past it, the holders that stalled longest are cut.
+DEFAULT_MAX_BUFFERED_BYTES = 2 * DEFAULT_MAX_REQUEST_BYTES
+# Open connections per port; past it a new one closes the idlest (docs/reliability.md).
+DEFAULT_MAX_CONNECTIONS = 64
 
 _HUGEPAGE_RESOURCE = re.compile(r"^hugepages-(?P<size>[0-9]+[KMGT]i)$")
 
@@ -41,6 +46,8 @@ _PolicyFields = policy_fields_struct(forbid_unknown_fields=True)
 class _ConfigFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     resource_name: str = DEFAULT_RESOURCE
     max_request_bytes: Annotated[int, msgspec.Meta(gt=0)] = DEFAULT_MAX_REQUEST_BYTES
+    max_buffered_bytes: Annotated[int, msgspec.Meta(gt=0)] | None = None  # None: twice maxRequestBytes
+    max_connections: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_MAX_CONNECTIONS
     defaults: dict[str, Any] = msgspec.field(default_factory=dict)  # read as _PolicyFields below
     namespaces: dict[str, Any] = msgspec.field(default_factory=dict)
 
@@ -50,6 +57,8 @@ class Config:
     resource_name: str = DEFAULT_RESOURCE
     page_size_bytes: int = 2 * 1024 * 1024
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     placement: PolicyTable = dataclasses.field(default_factory=PolicyTable)
 
     def policy_for(self, namespace: str) -> Policy:
@@ -126,10 +135,18 @@ def build_config(
         str(name): overlay(defaults, given(_convert(_yaml_off(fields) or {}, _PolicyFields, f"namespaces.{name}")))
         for name, fields in raw.namespaces.items()
     }
+    buffered = 2 * raw.max_request_bytes if raw.max_buffered_bytes is None else raw.max_buffered_bytes
+    if buffered < 2 * raw.max_request_bytes:
+        raise ConfigError(
+            f"maxBufferedBytes: {buffered} is under twice maxRequestBytes ({raw.max_request_bytes}):"
+            " the largest request's body and answer must fit"
+        )
     return Config(
         resource_name=raw.resource_name,
         page_size_bytes=page_size,
         max_request_bytes=raw.max_request_bytes,
+        max_buffered_bytes=buffered,
+        max_connections=raw.max_connections,
         placement=PolicyTable(defaults, namespaces, exempt_namespaces),
     )
 

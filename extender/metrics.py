@@ -162,6 +162,14 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.connections_cut = Counter(
+            "hugepage_extender_connections_cut",
+            "Connections closed to keep the memory budget: past maxConnections (connection_cap), a body or an"
+            " answer past maxBufferedBytes (body_over_budget, answer_over_budget), an answer not taken in time"
+            " (answer_not_taken).",
+            ["reason"],
+            registry=r,
+        )
         self.events = Counter(
             "hugepage_extender_events", "Events posted on pods no node could take, by reason.", ["reason"], registry=r
         )

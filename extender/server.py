@@ -9,8 +9,10 @@ become clear 4xx answers (with an honest log line), anything else a logged
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
+import re
 import signal
 import ssl
 import time
@@ -25,8 +27,17 @@ from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.binding import Binder, BindError
+from extender.budget import BufferLedger, Holding
 from extender.cluster import ClusterState
 from extender.config import Config
+from extender.connections import (
+    CUT_REASONS,
+    GuardedRunner,
+    cut_overdue_answers,
+    keep_large_buffers_apart,
+    raise_open_files_limit,
+    trim_after_bursts,
+)
 from extender.decision import FilterDecision, HostScores, Outcome
 from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, state_report
 from extender.metrics import Metrics
@@ -57,6 +68,18 @@ BODY_TIMEOUT_SECONDS = 10.0  # the scheduler sends a whole request within its ht
 # an idle connection (no POST lost to a close racing its reuse); also bounds a connection
 # that never sends a request (aiohttp starts the timer when the connection is made).
 KEEPALIVE_TIMEOUT_SECONDS = 100.0
+# An answer not taken in this time is cut: the scheduler gave up on it after its httpTimeout (5 s).
+ANSWER_TIMEOUT_SECONDS = 10.0
+# A header block is at most 32 lines of 4 KiB (aiohttp's defaults, 128 of 8 KiB, let one connection
+# hold about 2 MiB while its header block arrives); the request line keeps 8 KiB (/debug/state's
+# node list). The scheduler, the kubelet and Prometheus send a handful of short lines.
+MAX_HEADERS = 32
+MAX_FIELD_SIZE = 4096
+MAX_LINE_SIZE = 8190
+# What is left of the shutdown budget for aiohttp's own close of each port, once begun requests
+# had their time: it waits up to twice its timeout per connection (the handler, then its cancel).
+CLOSE_SECONDS = 0.1
+ANSWER_SLICE_BYTES = 256 * 1024
 
 
 def unready_message(reason: str) -> str:
@@ -84,18 +107,24 @@ async def read_body(request: web.Request, timeout: float = BODY_TIMEOUT_SECONDS)
     decompressed in one call, bounded by ``client_max_size`` like a plain one.
     """
     limit = request.app._client_max_size  # aiohttp has no public getter
-    try:
-        if request.content.is_eof():
-            body = await _receive(request, limit)  # all of it has arrived: no timer to arm (most requests)
-        else:
+    if request.content.is_eof():
+        # All of it has arrived (most requests): aiohttp buffers at most 128 KiB of a body before
+        # it stops reading, so it is small, and it is read without a wait: no timer, no budget.
+        body = await _receive(request, limit, None, None)
+    else:
+        ledger = request.app[BUFFERS]
+        holding = ledger.open("body", functools.partial(_cut_body, request), time.monotonic())
+        try:
             async with asyncio.timeout(timeout):
-                body = await _receive(request, limit)
-    except RequestPayloadError:
-        raise WireError("the body could not be read") from None
-    except TimeoutError:
-        raise web.HTTPRequestTimeout(text="request body not received in time") from None
-    except ConnectionResetError:
-        raise ClientGone from None
+                body = await _receive(request, limit, ledger, holding)
+        except RequestPayloadError:
+            raise WireError("the body could not be read") from None
+        except TimeoutError:
+            raise web.HTTPRequestTimeout(text="request body not received in time") from None
+        except ConnectionResetError:
+            raise ClientGone from None
+        finally:
+            ledger.close(holding)
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding in ("", "identity"):
         return body
@@ -114,19 +143,36 @@ async def read_body(request: web.Request, timeout: float = BODY_TIMEOUT_SECONDS)
     return plain
 
 
-async def _receive(request: web.Request, limit: int) -> bytes:
+async def _receive(request: web.Request, limit: int, ledger: BufferLedger | None, holding: Holding | None) -> bytes:
     """The body, at most ``limit`` bytes, read from the stream: ``request.read()`` would keep it
     on the request, and aiohttp keeps a keep-alive connection's last request (and response)
     until the next request on that connection arrives. Each idle connection kept its last body:
-    up to maxRequestBytes each, about 20 MiB each with full Nodes at 5,000 nodes."""
+    up to maxRequestBytes each, about 20 MiB each with full Nodes at 5,000 nodes. What has
+    arrived counts against the process's budget of bytes held for clients (``ledger``)."""
     chunks: list[bytes] = []
     size = 0
-    while chunk := await request.content.readany():
-        size += len(chunk)
-        if size > limit:
-            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
-        chunks.append(chunk)
+    try:
+        while chunk := await request.content.readany():
+            size += len(chunk)
+            if size > limit:
+                raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
+            chunks.append(chunk)
+            if ledger is not None and holding is not None:
+                ledger.grow(holding, len(chunk), time.monotonic())
+    except BaseException:
+        # The stream keeps the error, whose traceback keeps this frame, which keeps the request
+        # and so the stream: a cycle, freed only by a full collection. A cut 31 MiB body stayed.
+        chunks.clear()
+        raise
     return b"".join(chunks)
+
+
+def _cut_body(request: web.Request, reason: str) -> None:
+    log.warning("a body from %s cut: %s", request.remote, CUT_REASONS[reason])
+    metrics = request.app[EXTENDER].metrics
+    metrics.child(metrics.connections_cut, f"body_{reason}").inc()
+    if request.transport is not None:
+        request.transport.abort()
 
 
 class _Answer(web.Response):
@@ -140,6 +186,32 @@ class _Answer(web.Response):
     async def write_eof(self, data: bytes = b"") -> None:
         await super().write_eof(data)
         self.body = None
+
+
+class _SlicedAnswer(web.StreamResponse):
+    """A large JSON answer sent in slices, each after the client took the one before, and let
+    go of once sent. In one write the transport kept a copy of whatever the client had not taken
+    yet: a client that never reads held twice a 34 MiB answer."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(headers={"Content-Type": JSON})
+        self.content_length = len(body)
+        self._answer = body
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        answer, self._answer = self._answer, b""
+        try:
+            for start in range(0, len(answer), ANSWER_SLICE_BYTES):
+                # Copies, not views: a failed write's traceback keeps a slice, and a view its whole answer.
+                await self.write(answer[start : start + ANSWER_SLICE_BYTES])  # waits while the client lags
+        finally:
+            del answer  # the same for this frame
+        await super().write_eof(data)
+
+
+def _answer(body: bytes) -> web.StreamResponse:
+    """The answer to a verb: one write when small (most: a few hundred bytes), in slices when large."""
+    return _Answer(body) if len(body) <= ANSWER_SLICE_BYTES else _SlicedAnswer(body)
 
 
 class EventRecorder(Protocol):
@@ -177,6 +249,8 @@ class Extender:
         self.events = events
         self.verbs = ExtenderVerbs(config, state, rng=rng, verify_holds=verify_holds)
         self.body_timeout_seconds = BODY_TIMEOUT_SECONDS
+        # Bytes held for clients across both ports: bodies being read, answers not yet taken.
+        self.buffers = BufferLedger(config.max_buffered_bytes)
         self.draining = False  # SIGTERM: readiness fails first, begun requests are still answered
         self.waiting = WaitingPods()  # enforced pods no node could take, for the Pending alert
         self.nudger = nudger
@@ -198,14 +272,14 @@ class Extender:
         pod = args.pod
         result = self.verbs.filter_pod(pod, args.node_names)
         self._observe(pod, result, len(args.node_names))
-        return _Answer(render_filter(args, result.decision))
+        return _answer(render_filter(args, result.decision))
 
     async def prioritize(self, request: web.Request) -> web.StreamResponse:
         args = parse_extender_args(await read_body(request, self.body_timeout_seconds))
         if self.state.unready_reason() is not None:
             # Prioritize errors are ignored by the scheduler; neutral scores say the same.
-            return _Answer(render_priorities(HostScores.neutral(args.node_names)))
-        return _Answer(render_priorities(self.verbs.prioritize_pod(args.pod, args.node_names)))
+            return _answer(render_priorities(HostScores.neutral(args.node_names)))
+        return _answer(render_priorities(self.verbs.prioritize_pod(args.pod, args.node_names)))
 
     async def bind(self, request: web.Request) -> web.Response:
         args = parse_binding_args(await read_body(request, self.body_timeout_seconds))
@@ -436,12 +510,15 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int, begun: 
 
 
 EXTENDER = web.AppKey("extender", Extender)
+BUFFERS = web.AppKey("buffers", BufferLedger)
 
 
 def create_probe_app(extender: Extender) -> web.Application:
     """Health and metrics only, for a plain-HTTP port beside an mTLS one (kubelet probes
-    and Prometheus present no client certificate)."""
+    and Prometheus present no client certificate). No handler reads a body."""
     app = web.Application()
+    app[EXTENDER] = extender
+    app[BUFFERS] = extender.buffers
     app.router.add_get("/healthz", extender.healthz)
     app.router.add_get("/readyz", extender.readyz)
     app.router.add_get("/metrics", extender.metrics_page)
@@ -465,17 +542,52 @@ class _BadHttpIsOneLine(logging.Filter):
 logging.getLogger("aiohttp.server").addFilter(_BadHttpIsOneLine())
 
 
+def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio's errors, each under a message that does not change with the objects it names.
+
+    asyncio formats the objects into the message (``Exception in callback
+    BaseSelectorEventLoop._start_serving(<... at 0x7f...>)``, a timer's deadline), so each
+    record was unlike the last and none was counted as a repeat (``logs.RepeatLimiter``):
+    when file descriptors ran out, every failed accept() scheduled a retry that failed again."""
+    message = str(context.get("message") or "unhandled exception in the event loop")
+    head = re.sub(r"\(<.*|<.*", "", message.splitlines()[0]).strip() or "event loop error"
+    error = context.get("exception")
+    logging.getLogger("asyncio").error(
+        head.replace("%", "%%"), exc_info=error if isinstance(error, BaseException) else None
+    )
+
+
 def app_runner(
-    app: web.Application, *, shutdown_timeout: float = 10.0, keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS
-) -> web.AppRunner:
-    return web.AppRunner(
+    app: web.Application,
+    *,
+    shutdown_timeout: float = 10.0,
+    keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS,
+    max_connections: int | None = None,
+    port_name: str = "verbs",
+) -> GuardedRunner:
+    """The runner of one port: aiohttp's limits on a request's head, this extender's cap on
+    connections, and the process's budget of bytes held for clients (``app[BUFFERS]``)."""
+    extender = app[EXTENDER]
+    metrics = extender.metrics
+
+    def cut(reason: str) -> None:
+        metrics.child(metrics.connections_cut, reason).inc()
+
+    return GuardedRunner(
         app,
+        port_name=port_name,
+        max_connections=extender.config.max_connections if max_connections is None else max_connections,
+        ledger=app[BUFFERS],
+        on_cut=cut,
         access_log=None,
         shutdown_timeout=shutdown_timeout,
         keepalive_timeout=keepalive_timeout,
         # No lingering read of a refused body (413, bad encoding): the connection closes.
         lingering_time=0,
         auto_decompress=False,  # read_body decompresses, bounded
+        max_line_size=MAX_LINE_SIZE,
+        max_field_size=MAX_FIELD_SIZE,
+        max_headers=MAX_HEADERS,
     )
 
 
@@ -494,27 +606,42 @@ async def serve_until_stopped(
     On the signal ``on_stop`` runs first (readiness fails), new requests are still
     served for ``drain_seconds`` while the endpoints drop this pod, then the ports
     close and requests already begun (their bodies still arriving, too) are answered
-    for up to ``shutdown_timeout``. ``background`` tasks (certificate reloads) run
-    meanwhile and are cancelled at the end.
+    until ``drain_seconds + shutdown_timeout`` after the signal, the budget the chart
+    checks against the grace period: what is still under way then is cut. ``background``
+    tasks (certificate reloads) run meanwhile and are cancelled at the end.
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    runners = []
+    keep_large_buffers_apart()
+    raise_open_files_limit()
+    loop.set_exception_handler(_loop_error)
+    runners: list[GuardedRunner] = []
     sites = []
     tasks = [asyncio.create_task(job()) for job in background]
     try:
-        for app, host, port, tls in apps:
-            runner = app_runner(app, shutdown_timeout=shutdown_timeout, keepalive_timeout=keepalive_timeout)
+        for index, (app, host, port, tls) in enumerate(apps):
+            # aiohttp's own close waits up to twice this per connection: what is left of the
+            # budget once begun requests had theirs.
+            runner = app_runner(
+                app,
+                shutdown_timeout=CLOSE_SECONDS,
+                keepalive_timeout=keepalive_timeout,
+                port_name="verbs" if index == 0 else "probe",
+            )
             await runner.setup()
             runners.append(runner)
             site = web.TCPSite(runner, host, port, ssl_context=tls)
             await site.start()
             sites.append(site)
+        ledger = apps[0][0][BUFFERS]
+        tasks.append(asyncio.create_task(cut_overdue_answers(ledger, ANSWER_TIMEOUT_SECONDS)))
+        tasks.append(asyncio.create_task(trim_after_bursts([r.guarded for r in runners], ledger)))
         if on_start is not None:
             on_start()
         await stop.wait()
+        deadline = loop.time() + drain_seconds + shutdown_timeout
         if on_stop is not None:
             on_stop()
         log.info(
@@ -527,13 +654,17 @@ async def serve_until_stopped(
         for site in sites:
             await site.stop()  # no new connections
         begun = [app[BEGUN] for app, *_ in apps if BEGUN in app]
+        # aiohttp's close of each port takes up to twice CLOSE_SECONDS: leave that out of the wait.
+        closing = 2 * CLOSE_SECONDS * len(runners) + CLOSE_SECONDS
         try:
-            async with asyncio.timeout(shutdown_timeout):
+            async with asyncio.timeout_at(max(loop.time(), deadline - closing)):
                 for requests in begun:
                     await requests.none_left()
         except TimeoutError:
             log.warning(
-                "stopping: %d requests still unanswered after %.0f s", sum(b.count for b in begun), shutdown_timeout
+                "stopping: %d requests still unanswered after %.1f s; closing them",
+                sum(b.count for b in begun),
+                shutdown_timeout,
             )
     finally:
         for task in tasks:
@@ -546,6 +677,7 @@ def create_app(extender: Extender) -> web.Application:
     max_bytes = extender.config.max_request_bytes
     app = web.Application(client_max_size=max_bytes)
     app[EXTENDER] = extender
+    app[BUFFERS] = extender.buffers
     app[BEGUN] = begun = Begun()
     extender.metrics.watch_state(extender.state)
     # A lambda, not the bound method: a relist replaces the accounts dict.

@@ -56,42 +56,47 @@ def _signature(paths: tuple[Path, ...]) -> tuple[tuple[int, int, int], ...] | No
 
 
 class CertificateReloader:
-    """Loads renewed certificate files into the live context, without a restart.
+    """Serves renewed certificate files, and a renewed client CA, without a restart.
 
     cert-manager (or a Secret volume) replaces the files; the next check sees them
-    changed, loads them into a fresh context first (a half-written or mismatched
-    pair is refused and the old one kept), then into the live one: connections
-    made from then on get the new certificate, open ones keep theirs, and no
-    request fails. A renewed client CA is added to the trusted ones.
+    changed and loads them into a fresh context (a half-written or mismatched pair is
+    refused and the old context kept). Every handshake from then on is switched to the
+    fresh context by the live one's ``sni_callback``, which OpenSSL calls on every
+    ClientHello, with or without a server name: new connections get the new
+    certificate and are checked against the new client CA alone (a CA removed from
+    the file is no longer trusted), open ones keep theirs, and no request fails.
+    An SSLContext can add trusted CAs but never remove one, hence a fresh context.
     """
 
     def __init__(self, context: ssl.SSLContext, cert_file: Path, key_file: Path, client_ca_file: Path | None) -> None:
-        self._context = context
         self._cert, self._key, self._ca = cert_file, key_file, client_ca_file
         self._paths = tuple(p for p in (cert_file, key_file, client_ca_file) if p is not None)
         self._seen = _signature(self._paths)
+        self._current: ssl.SSLContext | None = None  # None: the live context's own files
         self.reloads = 0
+        context.sni_callback = self._to_current
+
+    def _to_current(self, connection: ssl.SSLObject, server_name: str | None, live: ssl.SSLContext) -> None:
+        if self._current is not None:
+            connection.context = self._current
 
     def check(self) -> bool:
-        """Reload when the files changed; True when the live context now serves them."""
+        """Reload when the files changed; True when new handshakes now get them."""
         seen = _signature(self._paths)
         if seen is None or seen == self._seen:
             return False
         try:
-            server_ssl_context(self._cert, self._key, self._ca)  # proves the files whole and matching
+            fresh = server_ssl_context(self._cert, self._key, self._ca)
         except (OSError, ssl.SSLError, ValueError) as error:
             log.warning("renewed TLS files not loaded yet (%s); still serving the previous certificate", error)
             return False
-        try:
-            self._context.load_cert_chain(self._cert, self._key)
-            if self._ca is not None:
-                self._context.load_verify_locations(cafile=self._ca)
-        except (OSError, ssl.SSLError, ValueError) as error:  # replaced again since the check above
-            log.warning("renewed TLS files changed while loading (%s); retrying at the next check", error)
+        if fresh is None or _signature(self._paths) != seen:  # replaced again while loading
+            log.warning("renewed TLS files changed while loading; retrying at the next check")
             return False
+        self._current = fresh
         self._seen = seen
         self.reloads += 1
-        log.info("TLS certificate reloaded from %s", self._cert)
+        log.info("TLS certificate%s reloaded from %s", " and client CA" if self._ca else "", self._cert)
         return True
 
     async def watch(self, interval_seconds: float = 10.0) -> None:

@@ -94,7 +94,7 @@ class ExtenderVerbs:
         """``filter`` for a pod as the scheduler sends it: its namespace's policy looked up once."""
         meta = pod.metadata
         policy = self.config.policy_for(meta.namespace)
-        demand = self.state.demand_of(pod, policy)
+        demand = self.state.demand_for(pod, policy)
         return self.filter(meta.uid, meta.namespace, demand, candidates, name=meta.name, policy=policy)
 
     def filter(
@@ -168,7 +168,7 @@ class ExtenderVerbs:
     def prioritize_pod(self, pod: Pod, candidates: Sequence[str]) -> HostScores:
         """``prioritize`` for a pod as the scheduler sends it: its namespace's policy looked up once."""
         policy = self.config.policy_for(pod.metadata.namespace)
-        demand = self.state.demand_of(pod, policy)
+        demand = self.state.demand_for(pod, policy)
         return self.prioritize(pod.metadata.uid, pod.metadata.namespace, demand, candidates, policy=policy)
 
     def prioritize(

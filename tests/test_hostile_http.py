@@ -254,3 +254,38 @@ async def test_identities_longer_than_kubernetes_allows_are_a_400(client: Served
     binding = {"PodName": "p", "PodNamespace": "d", "PodUID": "u", "Node": "n"}
     binding[{"uid": "PodUID", "name": "PodName", "namespace": "PodNamespace"}[field]] = "x" * length
     assert (await post(client, "bind", binding))[0] == 400
+
+
+async def test_a_made_up_demand_for_a_pod_the_watch_shows_neither_holds_nor_binds(
+    client: Served, state: ClusterState, binder: RecordingBinder
+) -> None:
+    """Issue 22, finding 7: a caller naming a real Pending pod of another tenant with a made-up
+    demand held pools with it and bound it anywhere. The watch's copy of the pod decides."""
+    state.apply_pod(make_pod("db", "tenant", hugepages="1Gi", cpu="1"))  # the watch shows it waiting
+    # No hugepages at all: every node would do, the small pool too.
+    status, answer = await post(client, "filter", pod_args("db", "tenant", hugepages="0"))
+    assert status == 200
+    assert msgspec.json.decode(answer)["NodeNames"] == ["roomy"]  # its real 1Gi fits only there
+    binding = {"PodName": "db", "PodNamespace": "tenant", "PodUID": "uid-tenant-db", "Node": "small"}
+    status, answer = await post(client, "bind", binding)
+    assert msgspec.json.decode(answer)["Error"]
+    assert not binder.bound
+    # A need of 3.5Gi holds 1Gi, its real need: another 1Gi pod still fits the 4Gi pool beside it.
+    status, answer = await post(client, "filter", pod_args("db", "tenant", hugepages="3584Mi"))
+    assert msgspec.json.decode(answer)["NodeNames"] == ["roomy"]
+    assert {uid: hold.hugepage_bytes for uid, hold in state.holds().items()} == {"uid-tenant-db": 1 << 30}
+    state.apply_pod(make_pod("web", "other", hugepages="2Gi", cpu="1"))
+    status, answer = await post(client, "filter", pod_args("web", "other", hugepages="2Gi"))
+    assert msgspec.json.decode(answer)["NodeNames"] == ["roomy"]
+
+
+async def test_pipelined_requests_are_all_answered(client: Served) -> None:
+    """At most two requests are parsed ahead of the one being handled (each keeps its header
+    block); reading pauses and resumes as they are answered, so none is lost."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 20)
+    await writer.drain()
+    answers = b""
+    while answers.count(b"HTTP/1.1 200") < 20:
+        answers += await asyncio.wait_for(reader.read(65536), 5)
+    writer.close()

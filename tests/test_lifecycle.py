@@ -188,3 +188,64 @@ def test_the_verbs_listen_on_their_host_only_and_the_probe_port_on_its_own(
         assert refused.value.code in {404, 405}, (path, refused.value.code)
     log = (tmp_path / "serve.log").read_text()
     assert f"on 127.0.0.1:{port} (http; probes and metrics on 0.0.0.0:{probe})" in log, log
+
+
+def _client_answer(port: int, ca: Path, cert: tuple[Path, Path]) -> str:
+    """ "200", or the TLS or connection error a client with ``cert`` meets."""
+    context = ssl.create_default_context(cafile=str(ca))
+    context.load_cert_chain(*cert)
+    request = urllib.request.Request(f"https://127.0.0.1:{port}/filter", data=BODY, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
+            return str(response.status)
+    except (OSError, ssl.SSLError) as error:
+        return repr(error)
+
+
+def test_a_client_ca_removed_from_the_file_is_no_longer_trusted(
+    tmp_path: Path, stopped: list[subprocess.Popen[bytes]]
+) -> None:
+    """Issue 22, finding 6: a renewed server certificate was picked up, but a client CA removed
+    from the file stayed trusted until a restart (an SSLContext can only add CAs)."""
+    ours, retired = generate_certificates(tmp_path / "ours"), generate_certificates(tmp_path / "retired")
+    client_ca = tmp_path / "client-ca.pem"
+    client_ca.write_bytes(ours.ca_cert.read_bytes() + retired.ca_cert.read_bytes())
+    process, port = serve(
+        tmp_path,
+        *("--tls-cert-file", str(ours.serving_cert), "--tls-key-file", str(ours.serving_key)),
+        *("--client-ca-file", str(client_ca), "--tls-reload-seconds", "0.2"),
+    )
+    stopped.append(process)
+    wait_listening(process, port, tmp_path)
+    retired_client = (retired.admin_cert, retired.admin_key)
+    our_client = (ours.admin_cert, ours.admin_key)
+    assert _client_answer(port, ours.ca_cert, retired_client) == "200"
+    client_ca.write_bytes(ours.ca_cert.read_bytes())  # the retired CA is taken out
+    deadline = time.monotonic() + 10
+    while _client_answer(port, ours.ca_cert, retired_client) == "200":
+        assert time.monotonic() < deadline, "the removed client CA is still trusted"
+        time.sleep(0.2)
+    assert _client_answer(port, ours.ca_cert, our_client) == "200"
+    assert process.poll() is None  # no restart
+
+
+def test_shutdown_ends_within_drain_plus_shutdown_timeout_with_bodies_still_arriving(
+    tmp_path: Path, stopped: list[subprocess.Popen[bytes]]
+) -> None:
+    """Issue 22, finding 5: bodies still arriving made exit take drain + 2 x --shutdown-timeout
+    (23.5 s against the 15 s the chart checks against the grace period)."""
+    process, port = serve(tmp_path, "--drain-seconds", "1", "--shutdown-timeout", "2")
+    stopped.append(process)
+    wait_listening(process, port, tmp_path)
+    head = f"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: {len(BODY)}\r\n\r\n".encode()
+    clients = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(5)]
+    for client in clients:
+        client.sendall(head + BODY[:10])  # and never the rest
+    time.sleep(0.3)
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    took = time.monotonic() - started
+    assert took < 1 + 2 + 0.5, f"exit took {took:.1f} s"
+    for client in clients:
+        client.close()

@@ -139,7 +139,8 @@ class ClusterInformer:
             reflector = self.reflectors.get(name)
             last = reflector.last_progress if reflector is not None else None
             if last is not None and now - last > self._stale_after:
-                return f"watch of {name} made no progress for {now - last:.0f} s (API server unreachable?)"
+                why = f"last failure: {reflector.last_failure}" if reflector and reflector.last_failure else ""
+                return f"watch of {name} made no progress for {now - last:.0f} s ({why or 'API server unreachable?'})"
         return None
 
     def stop(self) -> None:

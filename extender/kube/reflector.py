@@ -10,7 +10,11 @@ the client's model objects (seconds at thousands of pods); every request has
 a ``_request_timeout`` (without one a watch hangs forever when the network
 drops), its read timeout longer than the API server's ~60 s bookmarks, so an
 idle but healthy watch is not torn down; 410 is handled here, not by the
-client's ``Watch`` helper; reconnects back off with jitter.
+client's ``Watch`` helper; reconnects back off with jitter, and so does a watch that
+ends within a second having sent nothing (client-go's "very short watch",
+``VeryShortWatchError`` in k8s.io/client-go tools/cache/reflector.go): an API server or
+proxy answering every watch with an empty 200 was re-watched 2,700 times a second, and
+such a watch is no progress, so readiness fails after ``--watch-stale-seconds``.
 """
 
 from __future__ import annotations
@@ -42,6 +46,14 @@ Rec = TypeVar("Rec")
 
 class Gone(ExtenderError):
     """The resourceVersion is too old to watch from: list again."""
+
+
+class VeryShortWatch(ExtenderError):
+    """The watch ended within a second without a single event."""
+
+
+# A watch ending sooner than this with no event is a failure (client-go's threshold).
+SHORT_WATCH_SECONDS = 1.0
 
 
 class _ListMeta(msgspec.Struct, rename="camel"):
@@ -127,6 +139,7 @@ class Reflector(Generic[Obj, Rec]):
         self.failures = 0  # lists and watches that failed (each retried with backoff)
         # Monotonic time the API server last answered: a list, an event, a bookmark, a watch's end.
         self.last_progress: float | None = None
+        self.last_failure = ""  # why the last list or watch failed, for readiness
 
     def run(self) -> None:
         """The endless loop, kept tiny: list, watch until it ends, repeat."""
@@ -138,13 +151,15 @@ class Reflector(Generic[Obj, Rec]):
                     version = self._list()
                 version = self._watch(version)
                 backoff.reset()
+                self.last_failure = ""
             except Gone:
                 log.info("%s: resourceVersion %s expired (410 Gone): listing again", self._resource.name, version)
                 version = None
             except Exception as error:
                 self.failures += 1
+                self.last_failure = _describe(error)
                 delay = backoff.next_delay()
-                log.warning("%s: watch failed (%s); retrying in %.1f s", self._resource.name, _describe(error), delay)
+                log.warning("%s: watch failed (%s); retrying in %.1f s", self._resource.name, self.last_failure, delay)
                 self._stop.wait(delay)
 
     def _list(self) -> str:
@@ -187,13 +202,14 @@ class Reflector(Generic[Obj, Rec]):
         kwargs: dict[str, Any] = {}
         if self._resource.field_selector:
             kwargs["field_selector"] = self._resource.field_selector
+        timeout = self._watch_timeout + self._rng.randrange(0, max(1, self._watch_timeout // 5))
         try:
             response = self._resource.list_call(
                 watch=True,
                 resource_version=version,
                 allow_watch_bookmarks=True,
                 # Spread the servers' watch restarts; the server closes the stream cleanly.
-                timeout_seconds=self._watch_timeout + self._rng.randrange(0, max(1, self._watch_timeout // 5)),
+                timeout_seconds=timeout,
                 _preload_content=False,
                 _request_timeout=self._timeouts,
                 **kwargs,
@@ -202,15 +218,21 @@ class Reflector(Generic[Obj, Rec]):
             if error.status == 410:
                 raise Gone from None
             raise
+        started = time.monotonic()
+        events = 0
         try:
-            self.last_progress = time.monotonic()  # the watch is open
             for line in _lines(response):
                 if self._stop.is_set():
                     break
                 version = self._apply(line, version)
+                events += 1
                 self.last_progress = time.monotonic()
         finally:
             response.release_conn()
+        # Shorter than half its own timeout, too: a watch asked to last a second may end in one.
+        short = min(SHORT_WATCH_SECONDS, timeout / 2)
+        if not events and time.monotonic() - started < short and not self._stop.is_set():
+            raise VeryShortWatch(f"very short watch: it ended within {short:.1f} s without an event")
         self.last_progress = time.monotonic()  # the server ended the watch cleanly
         return version
 
@@ -243,6 +265,8 @@ def _page_type(object_type: type[Any]) -> Any:
 
 
 def _describe(error: Exception) -> str:
+    if isinstance(error, VeryShortWatch):
+        return str(error)
     if isinstance(error, ApiException):
         return f"{error.status} {error.reason}"
     return f"{type(error).__name__}: {error}"

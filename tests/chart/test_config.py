@@ -126,7 +126,14 @@ def test_schema_policy_keys_types_and_bounds_are_the_extenders() -> None:
                 assert (entry["type"], entry["enum"]) == ("string", members), f.name
             bounds = {bound: entry[bound] for bound in ("minimum", "exclusiveMinimum") if bound in entry}
             assert bounds == dict(f.metadata), f.name
-    assert set(config) == {"resourceName", "maxRequestBytes", "defaults", "namespaces"}
+    assert set(config) == {
+        "resourceName",
+        "maxRequestBytes",
+        "maxBufferedBytes",
+        "maxConnections",
+        "defaults",
+        "namespaces",
+    }
 
 
 @pytest.mark.parametrize("name", [f.name for f in POLICY_FIELDS])

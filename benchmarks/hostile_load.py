@@ -1,0 +1,446 @@
+"""Many connections against ``hugepage-extender serve``: peak RSS against the chart's memory
+limit, and the scheduler's filter latency meanwhile (issue 22; docs/reliability.md).
+
+Each attack runs against a fresh ``serve`` (the bundled example cluster, a probe port beside
+the verbs) on 127.0.0.1, while a scheduler-like client sends a filter every 10 ms on one
+keep-alive connection (5 s timeout, the scheduler's ``httpTimeout``). Every loop is bounded
+in count and in time. The attacks, as the issue found them:
+
+- ``probe-headers``: connections to the probe port that each send about 1 MB of header
+  lines (aiohttp's default limits, 127 lines of 8,100 bytes) and never end the block;
+- ``probe-headers-within-limits``: the same within this extender's limits (31 lines of 4,000 bytes);
+- ``verbs-headers``: complete requests with header blocks as large as the limits allow, to the verbs;
+- ``slow-readers``: prioritize requests of 100,000 long names whose 34 MiB answers are never read;
+- ``withheld-uploads``: bodies just under ``maxRequestBytes`` whose last byte never comes;
+- ``combined``: the fuzz of ``benchmarks.fuzz`` running while every flood above runs again and again.
+
+Run: ``python -m benchmarks.hostile_load [--scale 1.0] [--attacks NAME ...] [--json FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from benchmarks.fuzz import CONFIG as FUZZ_CONFIG
+from benchmarks.fuzz import MAX_REQUEST_BYTES as FUZZ_MAX_REQUEST_BYTES
+from benchmarks.fuzz import NODES, run_requests
+from benchmarks.worst_request import names_body
+from extender.config import DEFAULT_MAX_REQUEST_BYTES
+from extender.wire import MAX_CANDIDATES
+
+HOST = "127.0.0.1"
+CHART_MEMORY_LIMIT_MIB = 512  # charts/hugepage-extender/values.yaml, resources.limits.memory
+FILTER = json.dumps(
+    {
+        "Pod": {
+            "metadata": {"name": "web-0", "namespace": "default", "uid": "uid-scheduler"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"hugepages-2Mi": "1Gi", "cpu": "1"}}}]},
+        },
+        "NodeNames": NODES,
+    }
+).encode()
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _status_kib(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise KeyError(key)
+
+
+class Serve:
+    """A ``serve --example`` process with a probe port, its log in a file."""
+
+    def __init__(self, tmp: Path, *, config: str = "", limit_files: int | None = None) -> None:
+        self.port, self.probe_port = _free_port(), _free_port()
+        self.log_path = tmp / "serve.log"
+        config_path = tmp / "config.yaml"
+        config_path.write_text(config)
+        command = [sys.executable, "-m", "extender", "serve", "--example", "--config", str(config_path)]
+        command += ["--port", str(self.port), "--probe-port", str(self.probe_port)]
+        command += ["--drain-seconds", "0", "--shutdown-timeout", "1"]
+
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=log, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            )
+        if limit_files is not None:
+            resource.prlimit(self.process.pid, resource.RLIMIT_NOFILE, (limit_files, limit_files))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection((HOST, self.probe_port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError(f"serve did not start: {self.log_path.read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        self.start_mib = self.rss_mib()
+
+    def rss_mib(self) -> float:
+        return _status_kib(self.process.pid, "VmRSS") / 1024
+
+    def peak_mib(self) -> float:
+        return _status_kib(self.process.pid, "VmHWM") / 1024
+
+    def stop(self) -> str:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.log_path.read_text(errors="replace")
+
+
+# --------------------------------------------------------------------------- the scheduler
+
+
+@dataclass
+class SchedulerProbe:
+    """Filter calls as the scheduler makes them, one at a time on a keep-alive connection, from a
+    thread of its own (its own event loop: the attacks' clients do not delay it)."""
+
+    latencies: list[float] = field(default_factory=list)
+    failures: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self, port: int) -> None:
+        self._thread = threading.Thread(target=asyncio.run, args=(self.run(port, self._stop),), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    async def run(self, port: int, stop: threading.Event, interval: float = 0.01) -> None:
+        timeout = aiohttp.ClientTimeout(total=5)
+        connector = aiohttp.TCPConnector(limit=1)
+        async with aiohttp.ClientSession(f"http://{HOST}:{port}", timeout=timeout, connector=connector) as session:
+            while not stop.is_set():
+                started = time.perf_counter()
+                try:
+                    async with session.post("/filter", data=FILTER, headers={"Content-Type": "application/json"}) as r:
+                        answer = await r.read()
+                        why = "" if r.status == 200 and b'"NodeNames"' in answer else f"status {r.status}"
+                except (aiohttp.ClientError, TimeoutError, OSError) as error:
+                    why = type(error).__name__
+                if not why:
+                    self.latencies.append(time.perf_counter() - started)
+                else:
+                    self.failures += 1
+                    self.reasons[why] += 1
+                await asyncio.sleep(interval)
+
+    def figures(self) -> dict[str, Any]:
+        ordered = sorted(self.latencies)
+
+        def at(q: float) -> float:
+            return round(1000 * ordered[int(q * (len(ordered) - 1))], 2) if ordered else 0.0
+
+        return {
+            "scheduler_filters": len(ordered),
+            "scheduler_failures": self.failures,
+            "scheduler_failure_reasons": dict(self.reasons),
+            "scheduler_p50_ms": at(0.5),
+            "scheduler_p99_ms": at(0.99),
+            "scheduler_max_ms": round(1000 * ordered[-1], 2) if ordered else 0.0,
+        }
+
+
+# --------------------------------------------------------------------------- the attacks
+
+
+async def _open(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    try:
+        return await asyncio.wait_for(asyncio.open_connection(HOST, port), 5)
+    except (OSError, TimeoutError):
+        return None
+
+
+async def _send(writer: asyncio.StreamWriter, data: bytes, timeout: float = 5.0) -> bool:
+    """Write in slices (no copy of a large body per connection), giving up when the server has
+    not read a slice within ``timeout``."""
+    view = memoryview(data)
+    try:
+        for start in range(0, len(view), 1 << 20):
+            writer.write(view[start : start + (1 << 20)])
+            await asyncio.wait_for(writer.drain(), timeout)
+    except (OSError, TimeoutError):
+        return False
+    return True
+
+
+def _close(writers: list[asyncio.StreamWriter]) -> None:
+    for writer in writers:
+        transport = writer.transport
+        if not transport.is_closing():
+            transport.abort()
+
+
+async def header_flood(
+    port: int, connections: int, *, lines: int, line_bytes: int, finish: bool = False, hold_seconds: float = 1.0
+) -> dict[str, Any]:
+    """``connections`` connections, each sending ``lines`` header lines of ``line_bytes``; the block
+    never ends unless ``finish`` (then a complete request that is never read)."""
+    writers: list[asyncio.StreamWriter] = []
+    line = b"X-Fill: " + b"a" * line_bytes + b"\r\n"
+    head = (b"POST /filter" if finish else b"GET /metrics") + b" HTTP/1.1\r\nHost: x\r\n" + line * lines
+    if finish:
+        head += b"Content-Length: " + str(len(FILTER)).encode() + b"\r\n\r\n" + FILTER
+
+    async def one() -> None:
+        opened = await _open(port)
+        if opened is not None:
+            writers.append(opened[1])
+            await _send(opened[1], head, timeout=2.0)
+
+    for start in range(0, connections, 50):
+        await asyncio.gather(*(one() for _ in range(min(50, connections - start))))
+    await asyncio.sleep(hold_seconds)
+    cut = sum(1 for w in writers if w.transport.is_closing() or w.is_closing())
+    _close(writers)
+    return {"connections": len(writers), "closed_by_server_or_client": cut}
+
+
+async def slow_readers(port: int, clients: int, body: bytes, hold_seconds: float) -> dict[str, Any]:
+    """Prioritize requests whose answers are never read (the client's own buffer stops at 128 KiB),
+    sent one after the other (all at once, their bodies are cut for the budget before any is
+    answered), then held for ``hold_seconds``."""
+    opened = [o for o in await asyncio.gather(*(_open(port) for _ in range(clients))) if o is not None]
+    head = (
+        f"POST /prioritize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    sent = [await _send(writer, head.encode() + body, timeout=30) for _, writer in opened]  # one at a time
+    await asyncio.sleep(hold_seconds)
+    _close([writer for _, writer in opened])
+    return {"clients": len(opened), "requests_sent": sum(sent)}
+
+
+async def withheld_uploads(port: int, clients: int, size: int, hold_seconds: float) -> dict[str, Any]:
+    """Bodies of ``size`` bytes whose last byte never comes."""
+    body = b'{"Pod":{},"NodeNames":["' + b"x" * (size - 27) + b'"]}'
+    head = f"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    opened = [o for o in await asyncio.gather(*(_open(port) for _ in range(clients))) if o is not None]
+    sent = await asyncio.gather(*(_send(writer, head.encode() + body[:-1], timeout=10) for _, writer in opened))
+    await asyncio.sleep(hold_seconds)
+    _close([writer for _, writer in opened])
+    return {"clients": len(opened), "bodies_sent": sum(sent)}
+
+
+# --------------------------------------------------------------------------- one attack, measured
+
+
+async def _measured(serve: Serve, attack: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    stop = asyncio.Event()
+    scheduler = SchedulerProbe()
+    peak = serve.rss_mib()
+
+    async def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, serve.rss_mib())
+            await asyncio.sleep(0.02)
+
+    scheduler.start(serve.port)
+    sampling = asyncio.create_task(sample())
+    started = time.monotonic()
+    try:
+        result = await attack()
+    finally:
+        stop.set()
+        scheduler.stop()
+        await sampling
+    seconds = time.monotonic() - started
+    await asyncio.sleep(6.0)  # the server gives memory back every 5 s after a burst
+    return {
+        **result,
+        "seconds": round(seconds, 1),
+        "rss_start_mib": round(serve.start_mib, 1),
+        "rss_peak_mib": round(max(peak, serve.peak_mib()), 1),
+        "rss_after_mib": round(serve.rss_mib(), 1),
+        "chart_limit_mib": CHART_MEMORY_LIMIT_MIB,
+        **scheduler.figures(),
+    }
+
+
+def attacks(scale: float) -> dict[str, Callable[[int, int], Awaitable[dict[str, Any]]]]:
+    """Each attack at ``scale`` (1.0: the issue's sizes), given the verbs and probe ports."""
+    many = max(1, round(400 * scale))
+    big = names_body(DEFAULT_MAX_REQUEST_BYTES - 4096, MAX_CANDIDATES)
+    return {
+        "probe-headers": lambda verbs, probe: header_flood(probe, many, lines=127, line_bytes=8100),
+        "probe-headers-within-limits": lambda verbs, probe: header_flood(probe, many, lines=31, line_bytes=4000),
+        "verbs-headers": lambda verbs, probe: header_flood(
+            verbs, max(1, round(300 * scale)), lines=31, line_bytes=4000, finish=True
+        ),
+        "slow-readers": lambda verbs, probe: slow_readers(verbs, max(1, round(6 * scale)), big, 12.0 * scale + 1),
+        "withheld-uploads": lambda verbs, probe: withheld_uploads(
+            verbs, max(1, round(12 * scale)), DEFAULT_MAX_REQUEST_BYTES - 1024 * 1024, 2.0
+        ),
+    }
+
+
+def run_attack(name: str, scale: float = 1.0) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        serve = Serve(Path(tmp))
+        try:
+            figures = asyncio.run(_measured(serve, lambda: attacks(scale)[name](serve.port, serve.probe_port)))
+        finally:
+            log = serve.stop()
+    return {"attack": name, **figures, **_logged(log)}
+
+
+def _logged(log: str) -> dict[str, int]:
+    return {
+        "log_lines": log.count("\n"),
+        "tracebacks_logged": log.count("Traceback"),
+        "connections_evicted_logged": log.count("connections open (the cap)"),
+        "bodies_cut_logged": sum(1 for line in log.splitlines() if "a body from" in line and " cut: " in line),
+        "answers_cut_logged": sum(1 for line in log.splitlines() if "an answer of" in line and " cut: " in line),
+    }
+
+
+# --------------------------------------------------------------------------- file descriptors
+
+
+def descriptor_exhaustion(files: int = 64, connections: int = 150, hold_seconds: float = 3.0) -> dict[str, Any]:
+    """``serve`` limited to ``files`` descriptors, ``connections`` opened and held: its log's size."""
+    with tempfile.TemporaryDirectory() as tmp:
+        serve = Serve(Path(tmp), limit_files=files)
+        held = []
+        try:
+            for _ in range(connections):
+                with contextlib.suppress(OSError):
+                    held.append(socket.create_connection((HOST, serve.port), timeout=1))
+            time.sleep(hold_seconds)
+        finally:
+            for sock in held:
+                sock.close()
+            log = serve.stop()
+    return {
+        "files": files,
+        "connections": len(held),
+        "seconds": hold_seconds,
+        "log_bytes": len(log),
+        "log_lines": log.count("\n"),
+        "accept_errors_logged": log.count("socket.accept() out of system resource"),
+        "tracebacks_logged": log.count("Traceback"),
+    }
+
+
+# --------------------------------------------------------------------------- fuzz and floods together
+
+
+async def _combined(serve: Serve, requests: int, seconds: float, scale: float) -> dict[str, Any]:
+    floods = attacks(scale)
+    order = ["probe-headers", "probe-headers-within-limits", "verbs-headers", "withheld-uploads", "slow-readers"]
+    stop = asyncio.Event()
+    rounds: dict[str, int] = dict.fromkeys(order, 0)
+
+    async def flood() -> None:
+        deadline = time.monotonic() + seconds
+        while not stop.is_set() and time.monotonic() < deadline:
+            for name in order:
+                if stop.is_set() or time.monotonic() >= deadline:
+                    break
+                await floods[name](serve.port, serve.probe_port)
+                rounds[name] += 1
+
+    flooding = asyncio.create_task(flood())
+    done = [0]
+
+    async def fuzz() -> dict[str, Any]:
+        tally = await run_requests(serve.port, 1, requests, 4, lambda n: done.__setitem__(0, n))
+        return tally.figures()
+
+    async def both() -> dict[str, Any]:
+        fuzzed = await fuzz()
+        stop.set()
+        await flooding
+        return {"fuzz": fuzzed, "flood_rounds": rounds}
+
+    return await _measured(serve, both)
+
+
+def combined(requests: int = 100_000, seconds: float = 600.0, scale: float = 0.5) -> dict[str, Any]:
+    """The fuzz's requests while the floods run, until the fuzz is done (or ``seconds``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        # The fuzz's namespaces, with the default maxRequestBytes the floods are sized for.
+        config = FUZZ_CONFIG.replace(f"maxRequestBytes: {FUZZ_MAX_REQUEST_BYTES}", "")
+        serve = Serve(Path(tmp), config=config)
+        try:
+            figures = asyncio.run(_combined(serve, requests, seconds, scale))
+        finally:
+            log = serve.stop()
+    fuzzed = figures.pop("fuzz")
+    return {
+        "attack": "combined",
+        **figures,
+        "fuzz_requests": fuzzed["requests"],
+        "fuzz_server_errors": fuzzed["server_errors"],
+        "fuzz_status": fuzzed["status"],
+        "fuzz_p99_ms": round(1000 * fuzzed["p99_seconds"], 1),
+        "fuzz_max_ms": round(1000 * fuzzed["max_seconds"], 1),
+        **_logged(log),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.hostile_load", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="1.0: the issue's sizes")
+    names = [*attacks(1.0), "descriptors", "combined"]
+    parser.add_argument("--attacks", nargs="*", choices=names, default=names)
+    parser.add_argument("--combined-requests", type=int, default=100_000)
+    parser.add_argument("--json", type=Path, help="write the figures here too")
+    args = parser.parse_args(argv)
+    results = []
+    for name in args.attacks:
+        if name == "descriptors":
+            figures = {"attack": name, **descriptor_exhaustion()}
+        elif name == "combined":
+            figures = combined(args.combined_requests, scale=args.scale / 2)
+        else:
+            figures = run_attack(name, args.scale)
+        print(json.dumps(figures), flush=True)
+        results.append(figures)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    over = [r["attack"] for r in results if r.get("rss_peak_mib", 0) > CHART_MEMORY_LIMIT_MIB * 0.8]
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""Connections under a budget: a cap per port, bytes held for clients counted across them,
+and memory given back to the system after a burst (docs/reliability.md, "Memory under load").
+
+aiohttp bounds one request (header line and count limits, ``client_max_size``) but not how
+many connections are open, nor what they hold together: each open connection may hold a
+header block being read, a body being read, an answer its client does not take. The
+choices are ``extender.budget``'s; this module only counts and closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import functools
+import gc
+import logging
+import resource
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
+
+from extender.budget import NOT_TAKEN, OVER_BUDGET, BufferLedger, ConnectionView, eviction_order
+
+log = logging.getLogger("extender.connections")
+
+# Pipelined requests parsed ahead of the one being handled: each keeps its header block
+# (aiohttp queues up to 32). No scheduler, kubelet or Prometheus pipelines.
+QUEUED_REQUESTS = 2
+CUT_REASONS = {
+    OVER_BUDGET: "bodies and answers held for clients over maxBufferedBytes",
+    NOT_TAKEN: "not taken in time (10 s)",
+}
+# Answers up to this size are not counted: the transport takes each in one write, and a client
+# that reads none of them holds at most this much per connection (the cap bounds connections).
+SMALL_ANSWER_BYTES = 64 * 1024
+
+
+class GuardedHandler(RequestHandler):
+    """aiohttp's connection, with what the cap's choice reads of it."""
+
+    __slots__ = ("last_request_at", "ledger", "on_cut")
+
+    def __init__(
+        self, manager: web.Server, *, ledger: BufferLedger, on_cut: Callable[[str], None], **kwargs: Any
+    ) -> None:
+        super().__init__(manager, **kwargs)
+        self.last_request_at = time.monotonic()
+        self.ledger = ledger
+        self.on_cut = on_cut
+
+    def data_received(self, data: bytes) -> None:
+        parsed = self._request_count
+        super().data_received(data)
+        if self._request_count != parsed:
+            self.last_request_at = time.monotonic()
+            last = self._messages[-1][0] if self._messages else None
+            if isinstance(last, _ErrInfo):
+                # A refused head (a header line over the limit): aiohttp keeps the parser's error for
+                # its 400, and the error's traceback keeps the read it failed in (up to 256 KiB) in
+                # a cycle with this connection until a full collection. 400 such connections held
+                # about 100 MiB at once.
+                last.exc.__traceback__ = None
+            if len(self._messages) >= QUEUED_REQUESTS and not self._buffer_paused:
+                self._pause_reading_for_buffer()  # aiohttp resumes it as the queue drains
+
+    def view(self) -> ConnectionView:
+        return ConnectionView(self._request_in_progress, self._request_count, self.last_request_at)
+
+    def cut(self) -> None:
+        """Close at once, dropping what is buffered to send (``close`` would wait to send it)."""
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _cut_answer(self, size: int, reason: str) -> None:
+        log.warning("an answer of %d bytes to %s cut: %s", size, self._peer(), CUT_REASONS[reason])
+        self.on_cut(f"answer_{reason}")
+        self.cut()
+
+    def _peer(self) -> str:
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return str(peer[0]) if isinstance(peer, tuple) else "a client"
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        """The answer counts as held until its client takes it, and is cut when it does not in
+        time (``cut_overdue_answers``)."""
+        size = resp.content_length or 0
+        if size <= SMALL_ANSWER_BYTES:  # one write the transport takes whole (most answers)
+            return await super().finish_response(request, resp, start_time)
+        holding = self.ledger.open("answer", functools.partial(self._cut_answer, size), time.monotonic())
+        try:
+            self.ledger.grow(holding, size, time.monotonic())
+            return await super().finish_response(request, resp, start_time)
+        finally:
+            self.ledger.close(holding)
+
+
+class GuardedServer(web.Server):
+    """aiohttp's server with a cap on open connections: past it, a new connection closes the one
+    ``budget.eviction_order`` puts first."""
+
+    def __init__(
+        self,
+        *args: Any,
+        port_name: str,
+        max_connections: int,
+        ledger: BufferLedger,
+        on_cut: Callable[[str], None],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.port_name = port_name
+        self.max_connections = max_connections
+        self.ledger = ledger
+        self.on_cut = on_cut
+        self.evictions = 0
+        self.closed = 0  # connections closed since the last trim
+
+    def __call__(self) -> RequestHandler:
+        return GuardedHandler(self, loop=self._loop, ledger=self.ledger, on_cut=self.on_cut, **self._kwargs)
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        """Past the cap, the connections ``eviction_order`` puts first are closed, never the new
+        one: at this point (not when accepted, which comes in batches) it can be ranked with the
+        rest, so a batch of a flood's fresh connections goes before a scheduler's."""
+        super().connection_made(handler, transport)
+        open_ = [
+            (h, h.view())
+            for h, t in self._connections.items()
+            if isinstance(h, GuardedHandler) and h is not handler and not t.is_closing()
+        ]
+        excess = len(open_) + 1 - self.max_connections
+        for victim in eviction_order(open_)[: max(0, excess)]:
+            self.evictions += 1
+            log.warning(
+                "%s port: %d connections open (the cap): closing one %s",
+                self.port_name,
+                self.max_connections,
+                "with a request under way" if victim.view().busy else "idle or still sending its header",
+            )
+            self.on_cut("connection_cap")
+            victim.cut()
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        super().connection_lost(handler, exc)
+        self.closed += 1
+
+
+class GuardedRunner(web.AppRunner):
+    """``web.AppRunner`` serving through a ``GuardedServer``."""
+
+    def __init__(
+        self,
+        app: web.Application,
+        *,
+        port_name: str,
+        max_connections: int,
+        ledger: BufferLedger,
+        on_cut: Callable[[str], None],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(app, **kwargs)
+        self._port_name, self._max_connections = port_name, max_connections
+        self._ledger, self._on_cut = ledger, on_cut
+
+    async def _make_server(self) -> web.Server:
+        plain = await super()._make_server()  # the app's start-up, and aiohttp's own arguments
+        return GuardedServer(
+            plain.request_handler,
+            request_factory=plain.request_factory,
+            handler_cancellation=plain.handler_cancellation,
+            port_name=self._port_name,
+            max_connections=self._max_connections,
+            ledger=self._ledger,
+            on_cut=self._on_cut,
+            **plain._kwargs,  # what aiohttp passes each RequestHandler (no public getter)
+        )
+
+    @property
+    def guarded(self) -> GuardedServer:
+        server = self.server
+        assert isinstance(server, GuardedServer)
+        return server
+
+
+def raise_open_files_limit() -> None:
+    """The soft limit on open files up to the hard one: a container's soft limit is often 1,024,
+    well under what two ports' caps and the watches may need."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# -- memory given back ---------------------------------------------------------------
+
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def _glibc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        libc.malloc_trim  # noqa: B018 (glibc only: musl has none)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _glibc()
+
+
+def keep_large_buffers_apart() -> None:
+    """Blocks of 1 MiB and more (bodies, answers) are mapped on their own and unmapped when freed.
+    glibc's default raises this threshold after the first large block is freed, up to 32 MiB, and
+    then carves later ones out of the heap, which a burst leaves grown. Not lower: asyncio reads
+    into a 256 KiB block on every receive, and mapping each cost a filter 50 us more."""
+    if _LIBC is not None:
+        _LIBC.mallopt(_M_MMAP_THRESHOLD, 1024 * 1024)
+
+
+def give_memory_back() -> None:
+    """Return the heap's free pages to the system (glibc's ``malloc_trim``)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+# What counts as a burst worth giving memory back after: a probe's connection a few seconds
+# is not one.
+BURST_CONNECTIONS = 16
+BURST_BYTES = 16 * 1024 * 1024
+
+
+async def trim_after_bursts(servers: list[GuardedServer], ledger: BufferLedger, interval_seconds: float = 5.0) -> None:
+    """Every ``interval_seconds``, when many connections closed or many bytes of bodies and answers
+    were let go of since the last look, give the freed memory back: first the reference cycles
+    a refused request leaves (an error keeps its traceback, whose frames keep the connection and
+    its last read, up to 256 KiB), then the heap's free pages (in a thread: the trim walks it)."""
+    released = ledger.released
+    while True:
+        await asyncio.sleep(interval_seconds)
+        closed = sum(server.closed for server in servers)
+        if closed >= BURST_CONNECTIONS or ledger.released - released >= BURST_BYTES:
+            for server in servers:
+                server.closed = 0
+            released = ledger.released
+            gc.collect()
+            await asyncio.to_thread(give_memory_back)
+
+
+async def cut_overdue_answers(ledger: BufferLedger, answer_seconds: float, interval_seconds: float = 1.0) -> None:
+    """An answer its client has not taken within ``answer_seconds`` is cut: the scheduler's own
+    timeout (``httpTimeout``, 5 s by default) has long given up on it."""
+    while True:
+        await asyncio.sleep(interval_seconds)
+        for holding in ledger.overdue("answer", answer_seconds, time.monotonic()):
+            ledger.cut(holding, NOT_TAKEN)

@@ -1,0 +1,107 @@
+"""The memory budget's choices, without I/O: which connection gives way at the cap, which
+holdings are cut past the bytes' cap, and repeated log lines counted in one."""
+
+from __future__ import annotations
+
+import logging
+
+from extender.budget import BufferLedger, ConnectionView, eviction_order
+from extender.logs import RepeatLimiter
+
+
+def test_the_idlest_connection_that_did_the_least_gives_way_first() -> None:
+    connections = {
+        "scheduler": ConnectionView(busy=False, requests=500, last_request_at=99.0),
+        "slow-header": ConnectionView(busy=False, requests=0, last_request_at=50.0),
+        "fresh-slow-header": ConnectionView(busy=False, requests=0, last_request_at=98.0),
+        "flood-one-request": ConnectionView(busy=False, requests=1, last_request_at=99.5),
+        "stalled-body": ConnectionView(busy=True, requests=1, last_request_at=10.0),
+        "old-idle-scrape": ConnectionView(busy=False, requests=40, last_request_at=20.0),
+    }
+    assert eviction_order(connections.items()) == [
+        "slow-header",
+        "fresh-slow-header",
+        "flood-one-request",
+        "old-idle-scrape",
+        "scheduler",
+        "stalled-body",
+    ]
+
+
+def test_past_the_cap_the_stalest_holdings_are_cut_until_under_it() -> None:
+    cut: list[str] = []
+    ledger = BufferLedger(limit=100)
+    stalled = ledger.open("body", lambda _: cut.append("stalled"), now=0.0)
+    ledger.grow(stalled, 60, now=1.0)
+    unread = ledger.open("answer", lambda _: cut.append("unread"), now=2.0)
+    ledger.grow(unread, 30, now=2.0)
+    streaming = ledger.open("body", lambda _: cut.append("streaming"), now=3.0)
+    ledger.grow(streaming, 5, now=3.0)
+    ledger.grow(streaming, 20, now=4.0)  # 115 > 100: the one stalled longest goes
+    assert cut == ["stalled"]
+    assert ledger.total == 55
+    ledger.grow(stalled, 1_000, now=5.0)  # a cut holding counts no more
+    assert ledger.total == 55
+    ledger.close(streaming)
+    assert ledger.total == 30
+    assert ledger.released == 85
+    assert [h.kind for h in ledger.overdue("answer", older_than=5.0, now=8.0)] == ["answer"]
+    assert ledger.overdue("answer", older_than=5.0, now=6.0) == []
+
+
+def test_a_holding_larger_than_the_cap_cuts_itself() -> None:
+    cut: list[str] = []
+    ledger = BufferLedger(limit=10)
+    alone = ledger.open("body", lambda _: cut.append("alone"), now=0.0)
+    ledger.grow(alone, 11, now=0.0)
+    assert cut == ["alone"]
+    assert ledger.total == 0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Collected(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_a_repeated_message_is_a_few_lines_and_one_with_the_count() -> None:
+    clock = Clock()
+    target = Collected()
+    limiter = RepeatLimiter(target, passed=3, window_seconds=10.0, clock=clock)
+    log = logging.getLogger("test.repeats")
+    log.propagate = False
+    log.addHandler(limiter)
+    try:
+        for i in range(100_000):
+            log.error("socket.accept() out of system resource (%d)", i)
+        log.warning("another message")
+        assert target.lines == [
+            "socket.accept() out of system resource (0)",
+            "socket.accept() out of system resource (1)",
+            "socket.accept() out of system resource (2)",
+            "another message",
+        ]
+        clock.now = 10.5
+        log.error("socket.accept() out of system resource (%d)", -1)
+        assert target.lines[4] == (
+            "99997 more like this in the last 10 s, the last: socket.accept() out of system resource (99999)"
+        )
+        assert target.lines[5:] == ["socket.accept() out of system resource (-1)"]
+        log.error("socket.accept() out of system resource (%d)", -2)
+        log.error("socket.accept() out of system resource (%d)", -3)
+        log.error("socket.accept() out of system resource (%d)", -4)  # the window's fourth: counted
+        limiter.close()  # what is counted is said at the end, too
+        assert target.lines[-1].startswith("1 more like this")
+    finally:
+        log.removeHandler(limiter)
