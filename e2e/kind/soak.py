@@ -435,7 +435,10 @@ class Player:
             return
         since = self.room_since.setdefault(name, now)
         if now - since > STRANDED_AFTER and name not in self.phase.strandings:
-            self.phase.strandings[name] = f"unbound {now - since:.0f} s with {room} pages free by the kernel"
+            last = f"; last fault: {self.phase.faults[-1]}" if self.phase.faults else ""
+            self.phase.strandings[name] = (
+                f"unbound {now - since:.0f} s at {now:.0f} s with {room} pages free by the kernel{last}"
+            )
 
     def _ready(self, now: float, name: str, pod: dict[str, Any]) -> None:
         if name in self.counted:

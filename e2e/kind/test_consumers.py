@@ -139,9 +139,11 @@ def test_ab_real_consumers_do_not_fail_on_the_node(workers: list[str]) -> None:
     if artifacts := os.environ.get("KIND_E2E_ARTIFACTS"):
         Path(artifacts, "consumer-ab-counts.txt").write_text(summary + "\n")
     room = (POOL_PAGES - held) // UNIT
-    # off: the scheduler alone sees the whole pool and places them all; the kernel has `room`.
+    # off: the scheduler alone sees the whole pool and places them all; the kernel has `room`
+    # (more may fail: DPDK takes its pages one by one, and two starting at once can each fail
+    # with pages half taken, which a QEMU starting meanwhile did not find either).
     assert len(off["placed"]) == count, off
-    assert len(off["failed"]) == count - room, off
+    assert len(off["failed"]) >= count - room, off
     assert by_message == len(off["failed"]), off["errors"]
     # enforce: none fails on the node; what does not fit waits, saying why.
     assert enforce["failed"] == {}, enforce
