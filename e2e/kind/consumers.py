@@ -23,18 +23,18 @@ RELEASE, NAMESPACE = "hugepage-extender", "hugepage-extender"
 LABEL = "hugepage-e2e-consumer"
 UNIT_MB = 128  # guest RAM of a VM, DPDK's -m: 64 pages of 2 MiB
 UNIT = UNIT_MB * MI // PAGE
-# The consumers' own words when the pool cannot give them their pages:
-#   QEMU (hostmem-file.c: file_backend_memory_alloc -> qemu_ram_alloc_from_fd):
-#     "unable to map backing store for guest RAM: Cannot allocate memory" (mmap of the
-#     hugetlbfs file: the kernel reserves a shared mapping's pages at mmap time), or, when the
-#     reservation passed and touching the pages did not, "os_mem_prealloc: Insufficient free
-#     host memory pages available to allocate guest RAM";
-#   DPDK's EAL: "EAL: Not enough memory available! Requested: 128MB, available: ...MB", with
-#     no free page at all "EAL: No free 2048 kB hugepages reported on node 0", and then always
-#     "Cannot init EAL: Cannot allocate memory" (exit 1).
+# The consumers' own words when the pool cannot give them their pages (the strings are in the
+# binaries of Debian 12's qemu-system-x86 7.2 and librte-eal23 22.11):
+#   QEMU: "unable to map backing store for guest RAM: Cannot allocate memory" (its mmap of the
+#     hugetlbfs file fails: the kernel reserves a shared mapping's pages at mmap time), or, had
+#     the reservation passed and touching the pages not, "qemu_prealloc_mem: preallocating
+#     memory failed";
+#   DPDK's EAL: "EAL: Not enough memory available! Requested: 128MB, available: 64MB", with no
+#     free page at all "EAL: No free 2048 kB hugepages reported on node 0", then "Cannot init
+#     EAL: Cannot allocate memory" (exit 1).
 CONSUMER_ERRORS = (
     "unable to map backing store for guest RAM",
-    "Insufficient free host memory pages available to allocate guest RAM",
+    "qemu_prealloc_mem: preallocating memory failed",
     "Not enough memory available",
     "No free 2048 kB hugepages reported",
     "Cannot init EAL",
