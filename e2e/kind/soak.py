@@ -97,10 +97,11 @@ def schedule(seed: int, seconds: float) -> list[Event]:
     while t < seconds:
         events.append(Event(t, "host-vm", "toggle"))
         t += HOST_VM_EVERY_SECONDS
-    # Faults spread over the run, at least a minute apart, none in the last minute.
+    # Faults spread over the run, each kind at least once, one every 5 minutes in a long run,
+    # at least 30 s apart, none in the last minute.
     count = max(len(FAULTS), int(seconds // 300))
     gap = (seconds - 60) / (count + 1)
-    if gap >= 60:
+    if gap >= 30:
         events += [Event(gap * (i + 1), "fault", FAULTS[i % len(FAULTS)]) for i in range(count)]
     return sorted(events, key=lambda e: e.at)
 
