@@ -119,6 +119,7 @@ class Phase:
     timeline: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     resources: list[dict[str, float]] = dataclasses.field(default_factory=list)
     errors: Counter[str] = dataclasses.field(default_factory=Counter)
+    api_errors: Counter[str] = dataclasses.field(default_factory=Counter)  # kubectl calls refused (faults)
 
     @property
     def failed_on_the_node(self) -> int:
@@ -179,13 +180,18 @@ class Report:
             if phase.resources:
                 first, last = phase.resources[0], phase.resources[-1]
                 peak = max(r["rss_mib"] for r in phase.resources)
-                cpu = (last["cpu_seconds"] - first["cpu_seconds"]) / max(1.0, last["t"] - first["t"])
+                # Per interval: a replica killed and replaced starts its CPU seconds again.
+                pairs = zip(phase.resources, phase.resources[1:], strict=False)
+                rates = [(b["cpu_seconds"] - a["cpu_seconds"]) / (b["t"] - a["t"]) for a, b in pairs]
+                cpu = statistics.mean([r for r in rates if r >= 0] or [0.0])
                 out.append(
                     f"  extender RSS {first['rss_mib']:.1f} -> {last['rss_mib']:.1f} MiB (peak {peak:.1f}), "
                     f"CPU {cpu * 100:.1f}% of a core ({len(phase.resources)} samples)"
                 )
             for message, count in phase.errors.most_common(20):
                 out.append(f"  error x{count}: {message}")
+            for call, count in phase.api_errors.most_common():
+                out.append(f"  API call refused x{count}: {call}")
         return out
 
     def summary(self) -> str:
@@ -289,14 +295,18 @@ def _extender_resources(t: float) -> dict[str, float] | None:
     if not pods:
         return None
     rss = cpu = 0.0
+    read = 0
     for pod in pods:
         path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}:8081/proxy/metrics"
         text = kubectl("get", "--raw", path, check=False)
         for line in text.splitlines():
             if line.startswith("process_resident_memory_bytes "):
                 rss += float(line.split()[1])
+                read += 1
             elif line.startswith("process_cpu_seconds_total "):
                 cpu += float(line.split()[1])
+    if read < len(pods):
+        return None  # a replica starting or the API server away: no sample rather than a low one
     return {"t": t, "rss_mib": rss / (1 << 20), "cpu_seconds": cpu, "replicas": float(len(pods))}
 
 
@@ -340,20 +350,11 @@ class Player:
         next_resources = 0.0
         try:
             while (now := time.monotonic() - start) < self.phase.seconds:
-                items = _retrying("listing pods", lambda: get_json("pods", "-n", self.namespace, "-l", f"app={LABEL}"))
-                pods = {p["metadata"]["name"]: p for p in items["items"]}
-                in_flight = [p for p in pods.values() if _in_flight(p)]
-                self._record_seen()
-                while queue and queue[0].at <= now and self.wait_for_record is None:
-                    self._happen(queue.pop(0))
-                if self.host_vm_due and not in_flight:
-                    self._toggle_host_vm()
-                self._observe(now, pods, sum(_need_pages(p) for p in in_flight))
-                if now >= next_resources:
-                    if (sample := _extender_resources(now)) is not None:
-                        self.phase.resources.append(sample)
-                        self.phase.timeline[-1]["extender_rss_mib"] = round(sample["rss_mib"], 1)
-                    next_resources = now + RESOURCE_SAMPLE_SECONDS
+                try:
+                    next_resources = self._tick(now, queue, next_resources)
+                except AssertionError as error:
+                    # The API server away (a fault): the tick is tried again; what a call said is counted.
+                    self.phase.api_errors[str(error).split(":", 1)[0]] += 1
                 time.sleep(max(0.0, SAMPLE_SECONDS - (time.monotonic() - start - now)))
         finally:
             for vm in self.host_vms:
@@ -364,6 +365,23 @@ class Player:
             ours = f"app={LABEL}"
             kubectl("delete", "pods", "-n", self.namespace, "-l", ours, "--grace-period=1", "--wait=true", check=False)
         return self.phase
+
+    def _tick(self, now: float, queue: list[Event], next_resources: float) -> float:
+        items = _retrying("listing pods", lambda: get_json("pods", "-n", self.namespace, "-l", f"app={LABEL}"))
+        pods = {p["metadata"]["name"]: p for p in items["items"]}
+        in_flight = [p for p in pods.values() if _in_flight(p)]
+        self._record_seen()
+        while queue and queue[0].at <= now and self.wait_for_record is None:
+            self._happen(queue.pop(0))
+        if self.host_vm_due and not in_flight:
+            self._toggle_host_vm()
+        self._observe(now, pods, sum(_need_pages(p) for p in in_flight))
+        if now < next_resources:
+            return next_resources
+        if (sample := _extender_resources(now)) is not None:
+            self.phase.resources.append(sample)
+            self.phase.timeline[-1]["extender_rss_mib"] = round(sample["rss_mib"], 1)
+        return now + RESOURCE_SAMPLE_SECONDS
 
     def _record_seen(self) -> None:
         if self.wait_for_record is not None:
