@@ -396,7 +396,7 @@ class Player:
             name = f"{event.detail}-{self.serial:04d}"
             # Consumers on worker 1 (the one pool behind every node: see the module note).
             pod = consumer_pod(self.namespace, name, event.detail, node=None if event.detail == "plain" else self.w1)
-            _retrying("creating a pod", lambda: kubectl("create", "-f", "-", stdin=json.dumps(pod)))
+            _retrying("creating a pod", lambda: kubectl("apply", "-f", "-", stdin=json.dumps(pod)))
             self.lifetime_of[name] = event.lifetime
             self.phase.pods[event.detail] += 1
         elif event.what == "host-vm":
