@@ -61,7 +61,6 @@ from e2e.kind.test_kind import (
     is_ready,
     kubectl,
     outside_pages,
-    pages_in_use,
     set_reserved,
 )
 
@@ -488,7 +487,10 @@ def run(*, minutes: float, workers: list[str], artifacts: Path) -> Report:
     off_seconds = float(os.environ.get("SOAK_OFF_MINUTES", str(max(1.0, minutes / 5)))) * 60
     events = schedule(seed, seconds)
     set_reserved(dict.fromkeys(workers))
-    assert pages_in_use() == 0, f"pages in use before the soak: {host_pool()}"
+    # Pages held before (someone else's, on a shared machine) are outside pods for the agents and
+    # not free for the strandings: both read the kernel.
+    minutes_off = off_seconds / 60
+    print(f"\nsoak starting: {minutes:.1f} + {minutes_off:.1f} min, seed {seed}, host pool before {host_pool()}")
     helm_upgrade("nodeAgent.enabled=true")
     kubectl("rollout", "status", f"daemonset/{RELEASE}-node-agent", "-n", NAMESPACE, "--timeout=180s")
     try:
