@@ -246,17 +246,26 @@ def _logs(pod: str, container: str) -> str:
     return text
 
 
-_NUMBERS = re.compile(r"\b[0-9a-f]{8}-[0-9a-f-]{27}\b|\b\d[\d.:]*\b|\"[^\"]*\"")
+_NUMBERS = re.compile(r"\b[0-9a-f]{8}-[0-9a-f-]{27}\b|\b\d[\d.:]*\b")
+_QUOTED = r'"(?:[^"\\]|\\.)*"'
+_KLOG = re.compile(rf"^E\d{{4}} [^]]*\] (?:(?P<message>{_QUOTED})(?: err=(?P<err>{_QUOTED}))?|(?P<text>.*))")
 
 
 def error_messages(text: str) -> Iterable[str]:
-    """Error lines, their numbers, uids and quoted names blanked so that repeats group: klog's
-    ``E1201 ...`` lines (the scheduler) and the extender's lines at ERROR level."""
-    for line in text.splitlines():
-        if re.match(r"^E\d{4} ", line):
-            message = line.split("] ", 1)[-1]
-        elif re.search(r"\bERROR\b|\"level\": ?\"error\"", line):
-            message = line
+    """Error lines grouped by message: klog's ``E1201 ...`` lines (the scheduler) by their message
+    and the kind of error (``"Failed to watch": _ is forbidden``: the resource blanked), the
+    extender's ERROR and WARNING lines by their text; numbers and uids blanked."""
+    for raw in text.splitlines():
+        line = re.sub(r"^\[pod/[^]]*\] ", "", raw)  # kubectl logs --prefix
+        if match := _KLOG.match(line):
+            if match["message"] is not None:
+                err = (match["err"] or "").strip('"')
+                kind = re.sub(r"^\S+", "_", err.split(":", 1)[0]) if err else ""
+                message = match["message"] + (f": {kind}" if kind else "")
+            else:
+                message = match["text"]
+        elif extender := re.search(r" (?P<level>ERROR|WARNING) (?P<rest>.*)", line):
+            message = f"{extender['level']} {extender['rest']}"
         else:
             continue
         yield _NUMBERS.sub("_", message)[:160]
