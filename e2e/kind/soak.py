@@ -193,6 +193,29 @@ class Report:
                 out.append(f"  API call refused x{count}: {call}")
         return out
 
+    def plot(self, rows: int = 24) -> list[str]:
+        """The enforce phase over time, one row per slice: pods running (#) and pending (.),
+        stranded and failed so far, free pages, host VMs, the extender's RSS."""
+        timeline = self.enforce.timeline
+        if not timeline:
+            return []
+        step = max(1, len(timeline) // rows)
+        out = ["     t  running (#) / pending (.)          stranded failed  free  host-VMs  extender RSS"]
+        rss = "-"
+        for i in range(0, len(timeline), step):
+            chunk = timeline[i : i + step]
+            last = chunk[-1]
+            running = max(r["running"] for r in chunk)
+            pending = max(r["pending"] for r in chunk)
+            seen = [r["extender_rss_mib"] for r in chunk if "extender_rss_mib" in r]
+            rss = f"{seen[-1]:.0f} MiB" if seen else rss
+            bar = ("#" * running + "." * pending)[:32]
+            out.append(
+                f"{last['t']:6.0f}  {bar:<32}  {last['stranded']:8d} {last['failed']:6d} {last['free_pages']:5d}"
+                f" {last['host_vms']:9d}  {rss}"
+            )
+        return out
+
     def summary(self) -> str:
         e = self.enforce
         p99 = []
@@ -509,11 +532,11 @@ def run(*, minutes: float, workers: list[str], artifacts: Path) -> Report:
         helm_upgrade("nodeAgent.enabled=false")
     report = Report(enforce, off)
     artifacts.mkdir(parents=True, exist_ok=True)
-    (artifacts / "soak.txt").write_text("\n".join([*report.lines(), report.summary()]) + "\n")
+    (artifacts / "soak.txt").write_text("\n".join([*report.lines(), *report.plot(), report.summary()]) + "\n")
     with (artifacts / "soak-timeline.jsonl").open("w") as out:
         for phase in (enforce, off):
             for row in phase.timeline if phase is not None else []:
                 out.write(json.dumps({"phase": phase.namespace, **row}) + "\n")  # type: ignore[union-attr]
-    for line in report.lines():
+    for line in [*report.lines(), *report.plot()]:
         print(line)
     return report
