@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 # truly cannot run; 0 leaves it out.
 KIND_E2E ?= auto
 
-.PHONY: run test unit core chart lint tools bench kind-e2e
+.PHONY: run test unit core chart lint tools bench kind-e2e soak
 
 $(STAMP):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,14 @@ test: lint
 
 kind-e2e: $(STAMP)
 	PYTHON=$(BIN)/python e2e/kind/run.sh --if-possible
+
+# The churn soak (e2e/kind/soak.py) on the kind cluster run.sh builds: SOAK_MINUTES (default 60)
+# of VMs, DPDK and plain pods, host consumers and faults; its last line starts with `soak:`.
+# The kind suite runs a 5-minute one. Shares the host's hugepage pool: on shared machines run it
+# under the kind lock (flock /work/locks/kind.lock make soak).
+SOAK_MINUTES ?= 60
+soak: $(STAMP)
+	SOAK_MINUTES=$(SOAK_MINUTES) PYTHON=$(BIN)/python e2e/kind/run.sh e2e/kind/test_consumers.py -k churn_soak
 
 # The fast loop: lint, types, layering and every test that needs no Go-built
 # binary (no control plane, no helm, no kind), less the two marked slow.

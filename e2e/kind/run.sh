@@ -133,12 +133,16 @@ if ! engine_up; then
   cannot_run "no Docker engine could be started (see the messages above)"
 fi
 phase "engine"
+# QEMU on the host: the consumer outside any pod (test_consumers.py, soak.py).
+ensure_commands qemu-system-x86_64:qemu-system-x86 || die "cannot install qemu-system-x86 (the host's outside consumer)"
 build_out=$("$root/e2e/kind/images/build") || die "the offline image build failed"
 node_image=${KIND_NODE_IMAGE:-$(sed -n 's/^KIND_NODE_IMAGE=//p' <<< "$build_out")}
 image=$(sed -n 's/^EXTENDER_IMAGE=//p' <<< "$build_out")
 # The tag is shared by every work tree on this machine (and images build without the kind
 # lock): pin the image this run built, and point the tag back at it just before loading.
 image_id=$(docker image inspect --format '{{.Id}}' "$image")
+vm_image=$(sed -n 's/^VM_IMAGE=//p' <<< "$build_out")
+dpdk_image=$(sed -n 's/^DPDK_IMAGE=//p' <<< "$build_out")
 KUBECTL=${KUBECTL:-$(sed -n 's/^KUBECTL=//p' <<< "$build_out")}
 phase "images"
 
@@ -230,7 +234,8 @@ done
 phase "cni + nodes ready"
 
 docker tag "$image_id" "$image"
-"$KIND" load docker-image "$image" --name "$cluster" >/dev/null
+# One `docker save` of the three: the VM and DPDK images share their layers.
+"$KIND" load docker-image "$image" "$vm_image" "$dpdk_image" --name "$cluster" >/dev/null
 phase "image load"
 
 # --- install ----------------------------------------------------------------------
@@ -246,6 +251,9 @@ KIND_E2E_KUBECONFIG=$kubeconfig \
 KIND_E2E_REQUIRED=1 \
 KIND_E2E_CLUSTER=$cluster \
 KIND_E2E_HUGEPAGES_2M=$pages \
+KIND_E2E_ARTIFACTS=$artifacts \
+KIND_E2E_VM_IMAGE=$vm_image \
+KIND_E2E_DPDK_IMAGE=$dpdk_image \
 HELM=$HELM \
 KUBECTL=$KUBECTL \
   "$python" -m pytest e2e/kind -v -rA -s -p no:cacheprovider --junitxml "$artifacts/junit.xml" "$@"

@@ -31,7 +31,7 @@ def _node_agent(args: argparse.Namespace) -> int:
     if not args.node_name:
         raise ConfigError("node-agent: --node-name (or $NODE_NAME) is required")
     kubepods = (args.kubepods_cgroup.strip("/"),) if args.kubepods_cgroup else KUBEPODS
-    roots = Roots(args.sysfs_root, args.cgroup_root, args.kubelet_root, args.mountinfo, kubepods)
+    roots = Roots(args.sysfs_root, args.cgroup_root, args.kubelet_root, args.mountinfo, kubepods, args.proc_root)
     if args.once:
         record = read_record(args.node_name, roots)
         print(json.dumps(record.as_json(), indent=2) if args.output == "json" else _text(record.as_json()))
@@ -115,6 +115,12 @@ def add_parser(commands: Any) -> None:
     )
     agent.add_argument(
         "--mountinfo", type=Path, default=Path("/proc/self/mountinfo"), help="where to find hugetlbfs mounts"
+    )
+    agent.add_argument(
+        "--proc-root",
+        type=Path,
+        default=Path("/proc"),
+        help="the host's processes (hostPID), for the pods' own hugetlb mappings when the controller is off",
     )
     agent.add_argument("--kubeconfig", type=Path, help="publish to this cluster")
     agent.add_argument("--in-cluster", action="store_true", help="publish with the pod's service account")

@@ -14,7 +14,13 @@ frozen values; ``probe`` reads the files. The arithmetic the record rests on:
   MAP_NORESERVE page only in the first; the reservations beyond usage at most the
   kernel's ``resv``, since a mapping being torn down frees its pages before its
   reservation charge goes), or, where the controller is off
-  (containerd's default), the pages of the files in the pods' hugetlbfs emptyDirs;
+  (containerd's default), for each pod the larger of the pages of the files in its
+  hugetlbfs emptyDirs and the most ``HugetlbPages`` any one of its processes maps
+  (``/proc/<pid>/status``): a VM runtime's guest RAM on a hugetlbfs mount or memfd of
+  its own is in no emptyDir, and without its processes those pages would be counted
+  outside pods while ``needFromMemory`` counts the pod's memory too. Both are at most
+  what the pod holds (a file's pages are the pod's; one process's mappings are too,
+  whereas a sum over processes would count a shared file once per process);
 - pages held outside pods = committed - pods' pages, floored at 0. The files are not read
   at one instant: where pages moved during a read, ``probe`` combines its readings with
   ``more_committed`` and ``fewer_pod_pages``, so that the pages outside pods err high.
@@ -43,7 +49,8 @@ class Source(StrEnum):
 
     CGROUP_V2 = "cgroup-v2"  # hugetlb.<size>.current / .rsvd.current of the kubepods cgroup
     CGROUP_V1 = "cgroup-v1"  # hugetlb.<size>.usage_in_bytes / .rsvd.usage_in_bytes
-    HUGETLBFS_EMPTYDIR = "hugetlbfs-emptydir"  # files in the pods' HugePages emptyDirs
+    # files in the pods' HugePages emptyDirs, and their processes' HugetlbPages (host PID view)
+    HUGETLBFS_EMPTYDIR = "hugetlbfs-emptydir"
     NONE = "none"  # nothing readable: pods' pages unknown, so pages outside pods unknown too
 
 
@@ -291,6 +298,62 @@ def cgroup_pod_pages(
     and the reserved ones beyond them."""
     faulted = pages_of(usage_bytes, page_size)
     return PodPages(faulted, numa, max(0, pages_of(reserved_bytes or 0, page_size) - faulted))
+
+
+_POD_UID = re.compile(
+    r"pod(?P<uid>[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?(?:/|$)"
+)
+_HUGETLB_PAGES = re.compile(r"^HugetlbPages:\s*(?P<kb>[0-9]+) kB$", re.MULTILINE)
+
+
+def pod_uid_of_cgroup(text: str) -> str | None:
+    """The uid of the pod a process runs in, from its ``/proc/<pid>/cgroup``; None outside pods.
+
+    The kubelet names a pod's cgroup ``pod<uid>`` (cgroupfs driver) or
+    ``kubepods-<class>-pod<uid with _ for ->.slice`` (systemd driver), on every hierarchy."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        if "kubepods" not in path:
+            continue
+        match = _POD_UID.search(path)
+        if match:
+            return match["uid"].replace("_", "-")
+    return None
+
+
+def pod_uid_of_emptydir(mount_point: str, pods_dir: str) -> str | None:
+    """The pod uid of an emptyDir mount below the kubelet's pods dir (``<pods>/<uid>/volumes/...``)."""
+    prefix = pods_dir.rstrip("/") + "/"
+    if not mount_point.startswith(prefix):
+        return None
+    uid = mount_point[len(prefix) :].split("/", 1)[0]
+    return uid or None
+
+
+def hugetlb_bytes_of_status(text: str) -> int:
+    """The hugetlb memory a process maps, from ``/proc/<pid>/status`` (``HugetlbPages:``; absent,
+    as in kernel threads: none)."""
+    match = _HUGETLB_PAGES.search(text)
+    return int(match["kb"]) * KiB if match else 0
+
+
+def size_of_process_pages(sizes_in_use: Iterable[int]) -> int | None:
+    """The page size a process's ``HugetlbPages`` are of: ``/proc/<pid>/status`` does not split them
+    by size, so only where one page size has pages committed at all; None (the process's pages
+    are left out, counted outside pods: high, never low) otherwise."""
+    in_use = set(sizes_in_use)
+    return in_use.pop() if len(in_use) == 1 else None
+
+
+def pods_pages(files: Mapping[str, Mapping[int, int]], processes: Mapping[str, Mapping[int, int]]) -> dict[int, int]:
+    """The pods' pages per page size, each pod's the larger of its emptyDir files' pages and the
+    most pages one of its processes maps (see the module note): both are at most what it holds."""
+    total: dict[int, int] = {}
+    for uid in files.keys() | processes.keys():
+        own_files, own_processes = files.get(uid, {}), processes.get(uid, {})
+        for size in own_files.keys() | own_processes.keys():
+            total[size] = total.get(size, 0) + max(own_files.get(size, 0), own_processes.get(size, 0))
+    return total
 
 
 def emptydir_pod_pages(file_blocks: Iterable[int], page_size: int) -> int:

@@ -1,7 +1,7 @@
 """The agent's I/O: read the counter files under the roots given, hand the text to ``counters``.
 
 Roots are parameters (``--sysfs-root``, ``--cgroup-root``, ``--kubelet-root``,
-``--mountinfo``) so tests point them at fixture trees. A missing or unreadable file
+``--mountinfo``, ``--proc-root``) so tests point them at fixture trees. A missing or unreadable file
 leaves out what it would have said (a page size, a NUMA node, a source), never the record.
 """
 
@@ -25,6 +25,7 @@ from extender.nodeagent.counters import (
     cgroup_size_name,
     emptydir_pod_pages,
     fewer_pod_pages,
+    hugetlb_bytes_of_status,
     hugetlbfs_mounts,
     more_committed,
     more_committed_per_numa_node,
@@ -34,7 +35,11 @@ from extender.nodeagent.counters import (
     parse_count,
     parse_node_list,
     parse_numa_stat,
+    pod_uid_of_cgroup,
+    pod_uid_of_emptydir,
+    pods_pages,
     resource_name,
+    size_of_process_pages,
     size_report,
 )
 from extender.nodeagent.record import NodeRecord
@@ -52,6 +57,7 @@ class Roots:
     kubelet: Path = Path("/var/lib/kubelet")
     mountinfo: Path = Path("/proc/self/mountinfo")
     kubepods: tuple[str, ...] = KUBEPODS  # the pods' cgroup, relative to a hierarchy's root
+    proc: Path = Path("/proc")  # the host's PIDs (the agent's pod: hostPID) for the pods' processes
 
 
 def _read(path: Path) -> str | None:
@@ -184,6 +190,41 @@ def _file_blocks(directory: Path) -> Iterator[int]:
                 continue
 
 
+def _sizes_with_a_pool(sysfs: Path) -> list[int]:
+    """The page sizes whose pool has any page (persistent or surplus)."""
+    found = []
+    for size, directory in _page_dirs(sysfs / "kernel" / "mm" / "hugepages"):
+        pool = _pool(directory, with_reserved=False)
+        if pool is not None and pool.total + pool.surplus > 0:
+            found.append(size)
+    return found
+
+
+def _processes_pages(proc: Path, size: int | None) -> dict[str, dict[int, int]]:
+    """Per pod uid, the most pages one of its processes maps (``HugetlbPages`` in
+    ``/proc/<pid>/status``, the pod from ``/proc/<pid>/cgroup``; both readable without
+    privileges). Nothing when the pages' size cannot be told (``size_of_process_pages``)."""
+    found: dict[str, dict[int, int]] = {}
+    if size is None:
+        return found
+    try:
+        pids = [entry for entry in proc.iterdir() if entry.name.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        status = _read(pid / "status")
+        nbytes = 0 if status is None else hugetlb_bytes_of_status(status)
+        if nbytes == 0:
+            continue
+        cgroup = _read(pid / "cgroup")
+        uid = None if cgroup is None else pod_uid_of_cgroup(cgroup)
+        if uid is None:
+            continue  # outside pods: the host's, or a runtime's outside any pod
+        own = found.setdefault(uid, {})
+        own[size] = max(own.get(size, 0), pages_of(nbytes, size))
+    return found
+
+
 def pod_pages(roots: Roots, sizes: list[int]) -> tuple[Source, dict[int, PodPages] | None]:
     """The pods' pages per page size, and where they were read."""
     for tree in _v2_trees(roots.cgroup):
@@ -218,12 +259,15 @@ def pod_pages(roots: Roots, sizes: list[int]) -> tuple[Source, dict[int, PodPage
         except CounterError as error:
             log.warning("%s: %s", roots.mountinfo, error)
         else:
-            blocks: dict[int, list[int]] = {size: [] for size in sizes}
+            files: dict[str, dict[int, int]] = {}
             for mount in mounts:
-                blocks.setdefault(mount.page_size, []).extend(_file_blocks(Path(mount.mount_point)))
-            return Source.HUGETLBFS_EMPTYDIR, {
-                size: PodPages(emptydir_pod_pages(b, size)) for size, b in blocks.items() if size in sizes
-            }
+                uid = pod_uid_of_emptydir(mount.mount_point, str(pods_dir)) or mount.mount_point
+                own = files.setdefault(uid, {})
+                pages = emptydir_pod_pages(_file_blocks(Path(mount.mount_point)), mount.page_size)
+                own[mount.page_size] = own.get(mount.page_size, 0) + pages
+            processes = _processes_pages(roots.proc, size_of_process_pages(_sizes_with_a_pool(roots.sysfs)))
+            per_size = pods_pages(files, processes)
+            return Source.HUGETLBFS_EMPTYDIR, {size: PodPages(per_size.get(size, 0)) for size in sizes}
     return Source.NONE, None
 
 

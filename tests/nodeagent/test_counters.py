@@ -13,6 +13,7 @@ from extender.nodeagent.counters import (
     cgroup_size_name,
     emptydir_pod_pages,
     fewer_pod_pages,
+    hugetlb_bytes_of_status,
     hugetlbfs_mounts,
     more_committed,
     more_committed_per_numa_node,
@@ -20,7 +21,11 @@ from extender.nodeagent.counters import (
     parse_count,
     parse_node_list,
     parse_numa_stat,
+    pod_uid_of_cgroup,
+    pod_uid_of_emptydir,
+    pods_pages,
     resource_name,
+    size_of_process_pages,
     size_report,
 )
 
@@ -193,3 +198,68 @@ def test_more_committed_keeps_the_reading_with_more_pages_committed() -> None:
         {2 * MiB: {0: KernelPool(32, 20, 0), 1: KernelPool(32, 30, 0)}},
     )
     assert numa == {2 * MiB: {0: KernelPool(32, 10, 0), 1: KernelPool(32, 30, 0)}}
+
+
+UID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+
+
+@pytest.mark.parametrize(
+    ("text", "uid"),
+    [
+        pytest.param(
+            "12:hugetlb:/\n4:memory:/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/"
+            f"kubelet-kubepods-besteffort-pod{UID.replace('-', '_')}.slice/cri-containerd-abc.scope\n0::/\n",
+            UID,
+            id="systemd driver (a kind node): uid with underscores",
+        ),
+        pytest.param(f"5:cpu,cpuacct:/kubepods/burstable/pod{UID}/0123abcd\n", UID, id="cgroupfs driver"),
+        pytest.param(
+            f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/cri-containerd-1.scope\n",
+            UID,
+            id="cgroup v2, guaranteed",
+        ),
+        pytest.param("4:memory:/system.slice/qemu.service\n0::/\n", None, id="a host process"),
+        pytest.param(f"4:memory:/docker/pod{UID}\n", None, id="named like a pod, not below kubepods"),
+        pytest.param("", None, id="a process gone (empty)"),
+    ],
+)
+def test_pod_uid_of_cgroup(text: str, uid: str | None) -> None:
+    assert pod_uid_of_cgroup(text) == uid
+
+
+def test_pod_uid_of_emptydir() -> None:
+    pods = "/var/lib/kubelet/pods"
+    assert pod_uid_of_emptydir(f"{pods}/{UID}/volumes/kubernetes.io~empty-dir/hp", pods + "/") == UID
+    assert pod_uid_of_emptydir("/mnt/hugepages", pods) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "nbytes"),
+    [
+        ("Name:\tqemu\nVmRSS:\t  4096 kB\nHugetlbPages:\t  131072 kB\nThreads:\t4\n", 128 * MiB),
+        ("Name:\tbash\nHugetlbPages:\t       0 kB\n", 0),
+        ("Name:\tkthreadd\nState:\tS (sleeping)\n", 0),  # kernel threads have no memory lines
+    ],
+)
+def test_hugetlb_bytes_of_status(text: str, nbytes: int) -> None:
+    assert hugetlb_bytes_of_status(text) == nbytes
+
+
+def test_process_pages_have_a_size_only_where_one_pool_has_pages() -> None:
+    assert size_of_process_pages([2 * MiB]) == 2 * MiB
+    assert size_of_process_pages([]) is None
+    assert size_of_process_pages([2 * MiB, GiB]) is None  # status does not split them: left out (high)
+
+
+def test_each_pods_pages_are_counted_once_whichever_way_they_are_found() -> None:
+    two = 2 * MiB
+    files = {"vm-on-emptydir": {two: 64}, "dpdk-files-kept": {two: 32}}
+    processes = {
+        "vm-on-emptydir": {two: 64},  # QEMU maps its emptyDir file: the same 64 pages
+        "vm-memory-only": {two: 48},  # guest RAM on the runtime's own hugetlbfs: no emptyDir
+    }
+    assert pods_pages(files, processes) == {two: 64 + 32 + 48}
+    # A pod whose process maps part of a bigger file: the file's pages; the other way round, the process's.
+    assert pods_pages({"a": {two: 10}}, {"a": {two: 4}}) == {two: 10}
+    assert pods_pages({"a": {two: 4}}, {"a": {two: 10}}) == {two: 10}
+    assert pods_pages({}, {}) == {}

@@ -75,7 +75,7 @@ def record(root: Path, **roots: Path) -> dict[str, Any]:
     found = read_record(
         "node-a",
         Roots(sysfs=root / "sys", cgroup=roots.get("cgroup", root / "cgroup"), kubelet=root / "kubelet",
-              mountinfo=roots.get("mountinfo", root / "mountinfo")),
+              mountinfo=roots.get("mountinfo", root / "mountinfo"), proc=roots.get("proc", root / "proc")),
         now=lambda: NOW,
     )  # fmt: skip
     return found.as_json()
@@ -295,7 +295,9 @@ def test_a_kubelet_with_its_own_cgroup_root(tmp_path: Path) -> None:
             "cgroup/k8s/kubepods/hugetlb.2MB.current": f"{20 * 2 * MiB}\n",
         },
     )
-    roots = Roots(sysfs=tmp_path / "sys", cgroup=tmp_path / "cgroup", kubepods=("k8s/kubepods",))
+    roots = Roots(
+        sysfs=tmp_path / "sys", cgroup=tmp_path / "cgroup", kubepods=("k8s/kubepods",), proc=tmp_path / "proc"
+    )
     found = read_record("node-a", roots, now=lambda: NOW)
     assert found.source.value == "cgroup-v2"
     assert found.sizes["hugepages-2Mi"].figures.outside_pages == 4  # 24 - 20
@@ -392,3 +394,71 @@ def test_a_page_faulted_in_while_the_pool_is_read_never_lowers_what_is_committed
     pool = probe.kernel_pools(tmp_path / "sys")[2 * MiB]
     assert faulted
     assert pool.committed >= 8, pool
+
+
+# -- the pods' own processes, where the controller is off ------------------------------------
+VM_UID = "11111111-2222-4333-8444-555555555555"
+DPDK_UID = "66666666-7777-4888-9999-aaaaaaaaaaaa"
+
+
+def process_files(pid: int, hugetlb_kb: int | None, cgroup: str) -> dict[str, str]:
+    status = f"Name:\tp{pid}\nVmRSS:\t  1024 kB\n"
+    if hugetlb_kb is not None:
+        status += f"HugetlbPages:\t{hugetlb_kb:8d} kB\n"
+    return {f"proc/{pid}/status": status, f"proc/{pid}/cgroup": cgroup}
+
+
+def pod_cgroup(uid: str) -> str:
+    slice_ = f"kubelet-kubepods-besteffort-pod{uid.replace('-', '_')}.slice"
+    return f"4:memory:/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/{slice_}/cri-x.scope\n"
+
+
+def test_controller_off_a_pods_pages_are_its_own_whichever_way_they_are_found(tmp_path: Path) -> None:
+    # The pool: 512 pages, 352 free: 160 committed. A DPDK pod keeps 32 pages in files on its
+    # HugePages emptyDir and its process maps them (once, not twice); a VM pod that requests only
+    # memory has its guest RAM (64 pages) on a hugetlbfs of its own, in no emptyDir: only its
+    # process says so. A process outside pods holds the other 64. A kernel thread has no memory.
+    pods = tmp_path / "kubelet" / "pods"
+    emptydir = pods / DPDK_UID / "volumes/kubernetes.io~empty-dir/hugepages"
+    emptydir.mkdir(parents=True)
+    (emptydir / "rtemap_0").write_bytes(b"x" * 4096)
+    file_pages = -(-os.lstat(emptydir / "rtemap_0").st_blocks * 512 // (2 * MiB))
+    assert file_pages == 1  # st_blocks on the test's file system: one page's worth; the process says 32
+    write_tree(
+        tmp_path,
+        {
+            **pool_files(GLOBAL, 2048, nr=512, free=352, resv=0),
+            **pool_files(GLOBAL, 1048576, nr=0, free=0, resv=0),  # a size with no pool: not in the way
+            "cgroup/cgroup.controllers": "cpu memory pids\n",
+            **process_files(101, 32 * 2048, pod_cgroup(DPDK_UID)),
+            **process_files(102, 0, pod_cgroup(DPDK_UID)),  # the pod's shell: no pages
+            **process_files(201, 64 * 2048, pod_cgroup(VM_UID)),
+            **process_files(301, 64 * 2048, "4:memory:/system.slice/ovs-vswitchd.service\n0::/\n"),
+            **process_files(2, None, "0::/\n"),
+            "proc/self/status": "HugetlbPages:\t 999999 kB\n",  # not a PID: not read
+        },
+    )
+    (tmp_path / "mountinfo").write_text(f"600 30 0:80 / {emptydir} rw - hugetlbfs nodev rw,pagesize=2M\n")
+    got = record(tmp_path)
+    assert got["source"] == "hugetlbfs-emptydir"
+    assert got["pageSizes"]["hugepages-2Mi"]["podPages"] == 32 + 64
+    assert got["pageSizes"]["hugepages-2Mi"]["outsidePages"] == 64  # the host process's only
+
+
+def test_controller_off_processes_pages_of_an_untold_size_are_left_out(tmp_path: Path) -> None:
+    # Pools of two sizes: /proc/<pid>/status does not say which size a process's pages are of, so
+    # they count outside pods (too many outside, never too few).
+    (tmp_path / "kubelet" / "pods").mkdir(parents=True)
+    write_tree(
+        tmp_path,
+        {
+            **pool_files(GLOBAL, 2048, nr=512, free=448, resv=0),
+            **pool_files(GLOBAL, 1048576, nr=2, free=2, resv=0),
+            "cgroup/cgroup.controllers": "cpu memory pids\n",
+            **process_files(201, 64 * 2048, pod_cgroup(VM_UID)),
+        },
+    )
+    (tmp_path / "mountinfo").write_text("")
+    got = record(tmp_path)
+    assert got["pageSizes"]["hugepages-2Mi"]["podPages"] == 0
+    assert got["pageSizes"]["hugepages-2Mi"]["outsidePages"] == 64
