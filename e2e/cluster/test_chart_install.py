@@ -373,9 +373,10 @@ def test_upgrade_from_the_service_topology_moves_the_extender_beside_the_schedul
     listed = as_dict(control_plane, control_plane.core.list_namespaced_secret(namespace))["items"]
     secrets = [item["metadata"]["name"] for item in listed]
     assert not [name for name in secrets if name.endswith(("-tls", "-client-tls"))], secrets  # TLS off on loopback
-    (entry,) = config_map(f"{fullname}-scheduler", "scheduler-config.yaml")["extenders"]
-    assert entry["urlPrefix"] == "http://127.0.0.1:8888"
-    assert entry["ignorable"] is False  # the user's enforcing namespace, kept
-    assert "tlsConfig" not in entry
+    enforce, shadow = config_map(f"{fullname}-scheduler", "scheduler-config.yaml")["extenders"]
+    for entry in (enforce, shadow):  # decision 0005: one entry per failure mode, both on loopback
+        assert entry["urlPrefix"] == "http://127.0.0.1:8888"
+        assert "tlsConfig" not in entry
+    assert (enforce["ignorable"], shadow["ignorable"]) == (False, True)
     assert config_map(fullname, "config.yaml")["namespaces"]["payments"]["mode"] == "enforce"
     helm(control_plane, "uninstall", release, "--namespace", namespace)

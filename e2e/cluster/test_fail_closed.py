@@ -176,7 +176,9 @@ def test_the_nudge_may_annotate_the_extenders_own_pod_and_nothing_else(
     release_namespace = unique("hx")
     control_plane.create_namespace(release_namespace)
     release = unique("hx")
-    documents = helm_template(control_plane, release, release_namespace, "config.defaults.mode=off")
+    # The service topology: the extender runs as its own ServiceAccount (with the sidecar it runs
+    # as the scheduler's, and tests/chart/test_render.py checks the policy names that one).
+    documents = helm_template(control_plane, release, release_namespace, "config.defaults.mode=off", "topology=service")
     wanted = ("ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
     objects = [
         d
