@@ -341,42 +341,46 @@ def test_upgrade_from_the_service_topology_moves_the_extender_beside_the_schedul
     namespace, release = unique("hx-upgrade"), unique("hx")
     mine = ["--set", "config.namespaces.payments.mode=enforce"]  # a value the user set
     helm(control_plane, "install", release, str(old), "--namespace", namespace, "--create-namespace", *mine)
-    fullname = f"{release}-hugepage-extender"
-    network = client.NetworkingV1Api(control_plane.api_client)
+    try:
+        fullname = f"{release}-hugepage-extender"
+        network = client.NetworkingV1Api(control_plane.api_client)
 
-    def policies() -> list[str]:
-        listed = as_dict(control_plane, network.list_namespaced_network_policy(namespace))
-        return [p["metadata"]["name"] for p in listed["items"]]
+        def policies() -> list[str]:
+            listed = as_dict(control_plane, network.list_namespaced_network_policy(namespace))
+            return [p["metadata"]["name"] for p in listed["items"]]
 
-    def service() -> dict[str, Any]:
-        return as_dict(control_plane, control_plane.core.read_namespaced_service(fullname, namespace))
+        def service() -> dict[str, Any]:
+            return as_dict(control_plane, control_plane.core.read_namespaced_service(fullname, namespace))
 
-    def config_map(name: str, key: str) -> Any:
-        found = as_dict(control_plane, control_plane.core.read_namespaced_config_map(name, namespace))
-        return yaml.safe_load(found["data"][key])
+        def config_map(name: str, key: str) -> Any:
+            found = as_dict(control_plane, control_plane.core.read_namespaced_config_map(name, namespace))
+            return yaml.safe_load(found["data"][key])
 
-    assert f"Deployment/{fullname}" in workloads(control_plane, namespace)
-    assert policies() == [fullname]
-    assert service()["spec"]["sessionAffinity"] == "ClientIP"
+        assert f"Deployment/{fullname}" in workloads(control_plane, namespace)
+        assert policies() == [fullname]
+        assert service()["spec"]["sessionAffinity"] == "ClientIP"
 
-    # What docs/install.md says to run: the user's values, the new chart's defaults.
-    helm(control_plane, "upgrade", release, str(CHART), "--namespace", namespace, "--reset-then-reuse-values")
+        # What docs/install.md says to run: the user's values, the new chart's defaults.
+        helm(control_plane, "upgrade", release, str(CHART), "--namespace", namespace, "--reset-then-reuse-values")
 
-    found = workloads(control_plane, namespace)
-    assert sorted(found) == [f"Deployment/{fullname}-scheduler"], sorted(found)  # the extender's Deployment is gone
-    (sidecar,) = found[f"Deployment/{fullname}-scheduler"]["spec"]["template"]["spec"]["initContainers"]
-    assert sidecar["restartPolicy"] == "Always"
-    assert "--host=127.0.0.1" in sidecar["args"]
-    assert policies() == []
-    assert [p["name"] for p in service()["spec"]["ports"]] == ["metrics"]
-    assert service()["spec"].get("sessionAffinity") in (None, "None")
-    listed = as_dict(control_plane, control_plane.core.list_namespaced_secret(namespace))["items"]
-    secrets = [item["metadata"]["name"] for item in listed]
-    assert not [name for name in secrets if name.endswith(("-tls", "-client-tls"))], secrets  # TLS off on loopback
-    enforce, shadow = config_map(f"{fullname}-scheduler", "scheduler-config.yaml")["extenders"]
-    for entry in (enforce, shadow):  # decision 0005: one entry per failure mode, both on loopback
-        assert entry["urlPrefix"] == "http://127.0.0.1:8888"
-        assert "tlsConfig" not in entry
-    assert (enforce["ignorable"], shadow["ignorable"]) == (False, True)
-    assert config_map(fullname, "config.yaml")["namespaces"]["payments"]["mode"] == "enforce"
-    helm(control_plane, "uninstall", release, "--namespace", namespace)
+        found = workloads(control_plane, namespace)
+        assert sorted(found) == [f"Deployment/{fullname}-scheduler"], sorted(found)  # the extender's Deployment is gone
+        (sidecar,) = found[f"Deployment/{fullname}-scheduler"]["spec"]["template"]["spec"]["initContainers"]
+        assert sidecar["restartPolicy"] == "Always"
+        assert "--host=127.0.0.1" in sidecar["args"]
+        assert policies() == []
+        assert [p["name"] for p in service()["spec"]["ports"]] == ["metrics"]
+        assert service()["spec"].get("sessionAffinity") in (None, "None")
+        listed = as_dict(control_plane, control_plane.core.list_namespaced_secret(namespace))["items"]
+        secrets = [item["metadata"]["name"] for item in listed]
+        assert not [name for name in secrets if name.endswith(("-tls", "-client-tls"))], secrets  # TLS off on loopback
+        enforce, shadow = config_map(f"{fullname}-scheduler", "scheduler-config.yaml")["extenders"]
+        for entry in (enforce, shadow):  # decision 0005: one entry per failure mode, both on loopback
+            assert entry["urlPrefix"] == "http://127.0.0.1:8888"
+            assert "tlsConfig" not in entry
+        assert (enforce["ignorable"], shadow["ignorable"]) == (False, True)
+        assert config_map(fullname, "config.yaml")["namespaces"]["payments"]["mode"] == "enforce"
+    finally:
+        # The new chart's MutatingAdmissionPolicy marks new pods cluster-wide: gone with the
+        # release, so a failure here leaves the other tests' pods unmarked.
+        helm(control_plane, "uninstall", release, "--namespace", namespace)
