@@ -92,7 +92,7 @@ class ClusterState:
         self._pods: dict[str, PodUsage] = {}
         self._used_pages: defaultdict[str, int] = defaultdict(int)
         self._used_cpu: defaultdict[str, int] = defaultdict(int)
-        self._inflight = HoldLedger()
+        self._ledger = HoldLedger()
         # Pods waiting to be placed, by UID: what a filter's pod must match to hold pages.
         self._waiting: dict[str, str] = {}
         self._waiting_demands: dict[str, PodDemand] = {}  # the same pods' needs, as the watch shows them
@@ -142,7 +142,7 @@ class ClusterState:
 
     @property
     def hold_count(self) -> int:
-        return len(self._inflight)
+        return len(self._ledger)
 
     def owner_of(self, uid: str) -> str | None:
         """``namespace/name`` of a pod the watch shows waiting for a node; None if none is."""
@@ -250,8 +250,8 @@ class ClusterState:
         for usage in usages.values():
             self._used_pages[usage.node] += usage.pages
             self._used_cpu[usage.node] += usage.cpu_millis
-        for uid in [uid for uid in self._inflight.holds() if uid in usages]:
-            self._inflight.release(uid)
+        for uid in [uid for uid in self._ledger.holds() if uid in usages]:
+            self._ledger.release(uid)
         self._rebuild_accounts()
 
     def apply_node(self, node: Node) -> None:
@@ -346,18 +346,18 @@ class ClusterState:
             self._used_pages[usage.node] += usage.pages
             self._used_cpu[usage.node] += usage.cpu_millis
             touched.add(usage.node)
-            held = self._inflight.hold_of(uid)
+            held = self._ledger.hold_of(uid)
             if held is not None and self._on_hold_bound is not None:
                 self._on_hold_bound(self._clock() - held.held_at)
-            touched |= self._inflight.release(uid)
+            touched |= self._ledger.release(uid)
         elif record.terminal:
-            touched |= self._inflight.release(uid)
+            touched |= self._ledger.release(uid)
         self._refresh(touched)
 
     def remove_pod(self, uid: str) -> None:
         self._waiting.pop(uid, None)
         self._waiting_demands.pop(uid, None)
-        touched = self._forget_pod(uid) | self._inflight.release(uid)
+        touched = self._forget_pod(uid) | self._ledger.release(uid)
         self._refresh(touched)
 
     def hold(self, uid: str, nodes: str | Sequence[str], demand: PodDemand, timeout_seconds: float) -> bool:
@@ -370,10 +370,10 @@ class ClusterState:
         if uid in self._pods or not uid or not nodes:
             return False
         now = self._clock()
-        earlier = self._inflight.hold_of(uid)
+        earlier = self._ledger.hold_of(uid)
         held_at = now if earlier is None else earlier.held_at
         hold = Hold(nodes_of(nodes), demand.hugepage_bytes, demand.cpu_millis, now + timeout_seconds, held_at)
-        self._refresh(self._inflight.hold(uid, hold))
+        self._refresh(self._ledger.hold(uid, hold))
         return True
 
     def accounts_without(
@@ -389,7 +389,7 @@ class ClusterState:
         base = self.accounts if accounts is None else accounts
         own: dict[str, NodeAccount] = {}
         for uid in uids:
-            hold = self._inflight.hold_of(uid)
+            hold = self._ledger.hold_of(uid)
             if hold is None:
                 continue
             for node in hold.nodes:
@@ -404,10 +404,10 @@ class ClusterState:
 
     def release(self, uid: str) -> None:
         """Stop counting a placement in flight (its bind failed)."""
-        self._refresh(self._inflight.release(uid))
+        self._refresh(self._ledger.release(uid))
 
     def expire_holds(self) -> None:
-        self._refresh(self._inflight.expire(self._clock()))
+        self._refresh(self._ledger.expire(self._clock()))
 
     def take_freed(self) -> bool:
         """Whether some node has more room than when last asked (a hold released, a record giving
@@ -418,7 +418,7 @@ class ClusterState:
         return any(headroom.get(name, -1) > before for name, before in raised.items())
 
     def holds(self) -> dict[str, Hold]:
-        return self._inflight.holds()
+        return self._ledger.holds()
 
     # -- internals -----------------------------------------------------------
 
@@ -441,7 +441,7 @@ class ClusterState:
 
     def _account(self, name: str, *, fresh: bool | None = None) -> NodeAccount:
         capacity = self._nodes[name]
-        held_bytes, pending_cpu = self._inflight.pending(name)
+        held_bytes, held_cpu = self._ledger.held_on(name)
         used = self._used_pages.get(name, 0)
         total, reserved, numa_free = capacity.total_pages, capacity.reserved_pages, -1
         report = self.reports.used(name, fresh=fresh)
@@ -456,7 +456,7 @@ class ClusterState:
             held_bytes=held_bytes,
             cpu_millis=capacity.cpu_millis,
             cpu_requested_millis=self._used_cpu.get(name, 0),
-            held_cpu_millis=pending_cpu,
+            held_cpu_millis=held_cpu,
         )
 
     def _refresh(self, names: Iterable[str]) -> None:

@@ -45,7 +45,7 @@ class HoldLedger:
     def __contains__(self, uid: object) -> bool:
         return uid in self._by_uid
 
-    def pending(self, node: str) -> tuple[int, int]:
+    def held_on(self, node: str) -> tuple[int, int]:
         """Hugepage bytes and CPU millicores in flight to ``node``."""
         return self._bytes.get(node, 0), self._cpu.get(node, 0)
 
