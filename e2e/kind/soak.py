@@ -243,14 +243,15 @@ class Report:
 
 
 def _release_pods(container: str) -> list[dict[str, Any]]:
-    """The release's running pods with a container of that name (whatever deploys them)."""
+    """The release's running pods with a container of that name (whatever deploys them: a native
+    sidecar, the extender beside kube-scheduler, is an init container that restarts always)."""
     items = get_json("pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
     return [
         p
         for p in items
         if p.get("status", {}).get("phase") == "Running"
         and not p["metadata"].get("deletionTimestamp")
-        and any(c["name"] == container for c in p["spec"]["containers"])
+        and any(c["name"] == container for c in [*p["spec"]["containers"], *p["spec"].get("initContainers", [])])
     ]
 
 
@@ -296,10 +297,25 @@ def error_messages(text: str) -> Iterable[str]:
 
 def _fault(which: str, workers: list[str], errors: Counter[str]) -> None:
     if which == "extender killed":
-        victims = [p["metadata"]["name"] for p in _release_pods("extender")]
-        victim = victims[0] if victims else None
-        container = "extender"
-    elif which == "scheduler leader killed":
+        # The Lease holder's own extender, its container killed where it runs (its pod stays and the
+        # kubelet restarts it, as e2e/kind/test_topology.py does); any extender where none leads.
+        pods = _release_pods("extender")
+        leader = _scheduler_leader()
+        pod = next((p for p in pods if p["metadata"]["name"] == leader), pods[0] if pods else None)
+        if pod is None:
+            raise AssertionError(f"fault {which!r}: nothing found to act on")
+        name = pod["metadata"]["name"]
+        errors.update(error_messages(_logs(name, "extender")))  # its lines go with it
+        node = pod["spec"]["nodeName"]  # a kind node's name is its container's
+        ids = subprocess.run(
+            ["docker", "exec", node, "crictl", "ps", "-q", "--name", "^extender$",
+             "--label", f"io.kubernetes.pod.name={name}"],
+            capture_output=True, text=True, check=False,
+        ).stdout.split()  # fmt: skip
+        for container_id in ids:
+            subprocess.run(["docker", "exec", node, "crictl", "stop", container_id], capture_output=True, check=False)
+        return
+    if which == "scheduler leader killed":
         victim, container = _scheduler_leader(), "kube-scheduler"
     elif which == "node agent restarted":
         agents = [p for p in _release_pods("node-agent") if p["spec"].get("nodeName") == workers[0]]
