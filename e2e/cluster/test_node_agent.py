@@ -178,7 +178,7 @@ def test_the_agent_writes_its_own_nodes_record_and_nothing_else(
     assert user.username == f"system:serviceaccount:{namespace}:{agent_objects}"
     assert (user.extra or {}).get(NODE_CLAIM) == [own]
 
-    publisher = ApiPublisher(agent)
+    publisher = ApiPublisher(agent, owner_policy=agent_objects)  # as the chart runs it
     custom = client.CustomObjectsApi(agent)
 
     # The policy is loaded a moment after it is created: until then RBAC alone would let any write
@@ -196,7 +196,21 @@ def test_the_agent_writes_its_own_nodes_record_and_nothing_else(
     # Its own node: created, then patched.
     publisher.publish(record(own, outside=10))
     publisher.publish(record(own, outside=20))
-    assert read_report(control_plane, own)["report"]["pageSizes"][RESOURCE]["outsidePages"] == 20
+    written = read_report(control_plane, own)
+    assert written["report"]["pageSizes"][RESOURCE]["outsidePages"] == 20
+    # Owned by the agent's admission policy, so that uninstalling the agent takes its records too
+    # (the garbage collector; shown in kind, e2e/kind/test_kind.py::test_helm_uninstall_leaves_nothing_behind).
+    admission = client.AdmissionregistrationV1Api(control_plane.api_client)
+    policy = admission.read_validating_admission_policy(agent_objects)
+    assert policy.metadata is not None
+    assert written["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "name": agent_objects,
+            "uid": policy.metadata.uid,
+        }
+    ]
 
     # Another node's record: neither created nor, once it exists, patched.
     message = forbidden(lambda: publisher.publish(record(other)))
@@ -206,6 +220,9 @@ def test_the_agent_writes_its_own_nodes_record_and_nothing_else(
     # Not even its own record may be deleted (no RBAC verb), nor any be read or listed.
     forbidden(lambda: custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, own))
     forbidden(lambda: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))
+    # Of the admission policies, it may read its own owner only.
+    forbidden(lambda: client.AdmissionregistrationV1Api(agent).read_validating_admission_policy("some-other-policy"))
+    forbidden(client.AdmissionregistrationV1Api(agent).list_validating_admission_policy)
 
     # Node objects: nothing, not even its own node's labels or status.
     core = client.CoreV1Api(agent)

@@ -26,6 +26,7 @@ from e2e.kind.test_kind import (
     PAUSE,
     POOL,
     RELEASE,
+    REPORTS,
     RESOURCE,
     ROOT,
     TOUCHER_IMAGE,
@@ -73,6 +74,18 @@ def extender_daemon_pods(*, ready: bool = False) -> list[str]:
             if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
         ]
     return [p["metadata"]["name"] for p in items]
+
+
+def why_pending(namespace: str, name: str) -> str:
+    """What the scheduler and the extender said about a pod, for a failure's message."""
+    events = kubectl("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}", check=False)
+    (daemon,) = extender_daemon_pods() or [""]
+    explained = kubectl(
+        "exec", "-n", NAMESPACE, daemon, "-c", "extender", "--", "hugepage-extender", "explain", "--in-cluster",
+        "--pod", f"{namespace}/{name}", "--extender", "http://127.0.0.1:8888", check=False,
+    ) if daemon else "(no extender pod)"  # fmt: skip
+    records = kubectl("get", REPORTS, "-o", "yaml", check=False)
+    return f"events:\n{events}\nexplain:\n{explained}\nnode agent records:\n{records}"
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +166,11 @@ def test_the_clusters_own_scheduler_places_through_the_extender(own_mode: list[s
     # which only the extender knows: the cluster's own scheduler must place on w3.
     set_reserved({w1: POOL, w2: POOL, w3: None})
     own_pod("fits", hugepages="256Mi")
-    assert node_of(OWN, "fits") == w3
+    try:
+        node = node_of(OWN, "fits")
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{why_pending(OWN, 'fits')}") from None
+    assert node == w3, why_pending(OWN, "fits")
     # Now w3 too: nothing has room, and the pod waits with the extender's reason.
     set_reserved({w3: POOL})
     own_pod("no-room", hugepages="256Mi")

@@ -55,7 +55,7 @@ def _node_agent(args: argparse.Namespace) -> int:
     try:
         run(
             lambda: read_record(args.node_name, roots),
-            ApiPublisher(api),
+            ApiPublisher(api, owner_policy=args.owner_policy or None),
             policy=policy,
             interval_seconds=args.interval_seconds,
             stop=stop,
@@ -124,6 +124,12 @@ def add_parser(commands: Any) -> None:
     )
     agent.add_argument("--kubeconfig", type=Path, help="publish to this cluster")
     agent.add_argument("--in-cluster", action="store_true", help="publish with the pod's service account")
+    agent.add_argument(
+        "--owner-policy",
+        default="",
+        help="the ValidatingAdmissionPolicy that scopes this agent's writes (the chart's): its records are "
+        "owned by it and deleted with it, so no record outlives the agents (needs get on that policy)",
+    )
     agent.add_argument("--interval-seconds", type=_positive, default=DEFAULT_INTERVAL_SECONDS, help="read period")
     agent.add_argument(
         "--heartbeat-seconds",

@@ -84,24 +84,64 @@ class Publisher(Protocol):
 
 class ApiPublisher:
     """Writes the node's own HugepageNodeReport: a merge patch, or a create the first time.
-    Needs only ``create`` and ``patch`` on ``hugepagenodereports``; the ValidatingAdmissionPolicy
-    lets it touch no record but its own node's."""
+    Needs only ``create`` and ``patch`` on ``hugepagenodereports`` (and ``get`` on its owner policy);
+    the ValidatingAdmissionPolicy lets it touch no record but its own node's.
 
-    def __init__(self, api: client.ApiClient, *, timeout_seconds: float = 10.0) -> None:
+    With ``owner_policy`` (the name of that ValidatingAdmissionPolicy; the chart passes it), the
+    record is owned by the policy: when the agent is uninstalled or turned off, the policy goes and
+    the garbage collector takes every record with it. Otherwise a record would outlive its agent
+    and go on counting pages outside pods until it went stale (``nodeReportMaxAgeSeconds``, 30
+    minutes by default), in the extender and in ``explain`` alike. The policy, not the agent's pod:
+    a record must survive its agent's restart (the node's pages outside pods do), and a
+    cluster-scoped object can only be owned by another cluster-scoped one."""
+
+    def __init__(
+        self, api: client.ApiClient, *, owner_policy: str | None = None, timeout_seconds: float = 10.0
+    ) -> None:
         self._custom = client.CustomObjectsApi(api)
+        self._admission = client.AdmissionregistrationV1Api(api)
+        self._owner_policy = owner_policy
+        self._owners: list[dict[str, str]] | None = None if owner_policy else []
         self._timeout = timeout_seconds
 
+    def owner_references(self) -> list[dict[str, str]]:
+        """The record's ``ownerReferences``: the policy's, read once (its uid is the owner's identity)."""
+        if self._owners is None and self._owner_policy is not None:
+            policy = self._admission.read_validating_admission_policy(
+                self._owner_policy, _request_timeout=self._timeout
+            )
+            if policy.metadata is None or not policy.metadata.uid:
+                raise ValueError(f"the ValidatingAdmissionPolicy {self._owner_policy!r} came back without a uid")
+            self._owners = [
+                {
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "ValidatingAdmissionPolicy",
+                    "name": self._owner_policy,
+                    "uid": policy.metadata.uid,
+                }
+            ]
+        return self._owners or []
+
     def publish(self, record: NodeRecord) -> None:
+        owners = self.owner_references()
+        body: dict[str, object] = {"report": record.report_json()}
+        if owners:
+            body["metadata"] = {"ownerReferences": owners}
         try:
             self._custom.patch_cluster_custom_object(
-                GROUP, VERSION, PLURAL, record.node, {"report": record.report_json()}, _request_timeout=self._timeout
+                GROUP, VERSION, PLURAL, record.node, body, _request_timeout=self._timeout
             )
         except ApiException as error:
             if error.status != 404:
                 raise
-            self._custom.create_cluster_custom_object(
-                GROUP, VERSION, PLURAL, record.api_object(), _request_timeout=self._timeout
-            )
+            if self._owner_policy is not None:
+                # Gone: perhaps collected because the policy was replaced (a new uid). Read it again.
+                self._owners = None
+                owners = self.owner_references()
+            created = record.api_object()
+            if owners:
+                created["metadata"] = {"name": record.node, "ownerReferences": owners}
+            self._custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, created, _request_timeout=self._timeout)
 
 
 def run(

@@ -32,11 +32,16 @@ def test_the_agent_runs_on_every_node_reading_host_files_read_only(helm: Helm) -
     assert pod["hostPID"] is True
 
 
-def test_the_agent_may_create_and_patch_records_and_nothing_else(helm: Helm) -> None:
+def test_the_agent_may_create_and_patch_records_and_read_their_owner_and_nothing_else(helm: Helm) -> None:
     rendered = helm.template()
-    (rule,) = rendered.get("ClusterRole", AGENT)["rules"]
-    assert rule == {"apiGroups": ["hugepage-extender.io"], "resources": ["hugepagenodereports"],
-                    "verbs": ["create", "patch"]}  # fmt: skip
+    records, owner = rendered.get("ClusterRole", AGENT)["rules"]
+    assert records == {"apiGroups": ["hugepage-extender.io"], "resources": ["hugepagenodereports"],
+                       "verbs": ["create", "patch"]}  # fmt: skip
+    # The records are owned by the agent's admission policy (deleted with it): the agent reads its uid.
+    assert owner == {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicies"],
+                     "resourceNames": [AGENT], "verbs": ["get"]}  # fmt: skip
+    (agent,) = rendered.get("DaemonSet", AGENT)["spec"]["template"]["spec"]["containers"]
+    assert f"--owner-policy={AGENT}" in agent["args"]
     binding = rendered.get("ClusterRoleBinding", AGENT)
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": AGENT, "namespace": NAMESPACE}]
     policy = rendered.get("ValidatingAdmissionPolicy", AGENT)["spec"]
