@@ -340,10 +340,11 @@ def _scanned_on_columns(  # noqa: PLR0917 (a sample and what it was drawn for)
     unresolvable = need > columns.column("ceiling")[slots]
     names = candidates.array()[rejected_at]
     exceeds_pool = int(np.count_nonzero(unresolvable))
+    groups = _unresolvable_groups(need, slots, unresolvable, columns, reasons) if exceeds_pool else []
     return FilterDecision(
         passed=sample.kept,
         failed=RejectedByReason(names, [(reasons.insufficient, ~unresolvable)]),
-        unresolvable=RejectedByReason(names, _unresolvable_groups(need, slots, unresolvable, columns, reasons)),
+        unresolvable=RejectedByReason(names, groups),
         outcome=Outcome.FIT,
         insufficient=len(rejected_at) - exceeds_pool,
         exceeds_pool=exceeds_pool,
@@ -363,8 +364,7 @@ def _unresolvable_groups(
     held outside pods leave too small), a mask each over ``slots``."""
     total = columns.column("total_pages")[slots]
     page = columns.column("page_size")[slots]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        need_pages = np.where(page > 0, -(-need // np.maximum(page, 1)), 0)
+    need_pages = np.where(page > 0, -(-need // np.maximum(page, 1)), 0)  # never a division by 0
     no_pool = unresolvable & ((total <= 0) | (page <= 0))
     exceeds = unresolvable & ~no_pool & (need_pages > total)
     held_outside = unresolvable & ~no_pool & ~exceeds

@@ -4,10 +4,11 @@ Draws are without replacement (a partial Fisher-Yates shuffle that keeps only
 the positions it swapped), each O(1), so a decision costs O(draws), not
 O(nodes): with best-of-K a filter over 5,000 candidates reads about K of them.
 A widened scan over many candidates (fullscan, drawUntilK after a first round
-of K) takes the order of every candidate left at once instead, one permutation
-drawn from the same generator: on a nearly full cluster it goes on until K of
-thousands fit, and a caller that can judge many candidates at once (``judge``)
-then judges them in one step, with the same picks as one at a time.
+of K) orders every candidate left at once instead, by a random key each (keys
+drawn from a generator seeded from the same one): on a nearly full cluster it
+goes on until K of thousands fit, and a caller that can judge many candidates
+at once (``judge``) then judges them in one step and sorts only the keys it
+needs, with the same picks as one at a time.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ class Sample(Generic[T]):
     rejected: Sequence[T]  # candidates examined and not accepted
     exhausted: bool  # every candidate was examined
     widened: bool  # the widening strategy had to act
-    # With ``judge``: the positions of every rejected candidate in the order drawn (``rejected``
-    # is then only those of the first rounds: the caller reads the rest off these positions).
+    # With ``judge``: the positions of every rejected candidate, in no particular order
+    # (``rejected`` is then only those of the first rounds: the caller reads the rest off these).
     rejected_at: Positions | None = None
 
 
@@ -53,16 +54,42 @@ def _random_order(size: int, rng: random.Random, moved: dict[int, int]) -> Itera
         yield picked
 
 
-def _rest_in_random_order(size: int, drawn: int, moved: dict[int, int], rng: random.Random) -> Positions:
-    """The candidates not drawn yet (after ``drawn`` draws of ``_random_order``), in a random order
-    drawn at once: one numpy permutation seeded from ``rng``."""
+def _rest_with_keys(
+    size: int, drawn: int, moved: dict[int, int], rng: random.Random
+) -> tuple[Positions, npt.NDArray[np.float64]]:
+    """The candidates not drawn yet (after ``drawn`` draws of ``_random_order``) and a random key
+    each, drawn at once from a numpy generator seeded from ``rng``. Their order is that of the
+    keys (a tie, which 53-bit keys make very rare, by place in ``rest``)."""
     rest = np.arange(drawn, size, dtype=np.intp)
     for position, index in moved.items():
         if position >= drawn:
             rest[position - drawn] = index
-    generator = np.random.Generator(np.random.SFC64(rng.getrandbits(64)))
-    shuffled: Positions = generator.permutation(rest)
-    return shuffled
+    keys = np.random.Generator(np.random.SFC64(rng.getrandbits(64))).random(len(rest))
+    return rest, keys
+
+
+def _by_key(places: Positions, keys: npt.NDArray[np.float64]) -> Positions:
+    """``places`` (ascending places in ``rest``) in the order of their keys, ties by place."""
+    ordered: Positions = places[np.argsort(keys[places], kind="stable")]
+    return ordered
+
+
+def _in_key_order(keys: npt.NDArray[np.float64]) -> Iterator[int]:
+    """Every place in the order of its key, sorted a growing chunk at a time (a scan mostly
+    stops early): the smallest keys first, found by a partition, then sorted."""
+    after = -1.0  # keys are in [0, 1)
+    chunk = SHUFFLE_REST_ABOVE
+    while True:
+        pending = np.flatnonzero(keys > after)
+        if not len(pending):
+            return
+        if len(pending) > chunk:
+            bound = np.partition(keys[pending], chunk - 1)[chunk - 1]
+            pending = pending[keys[pending] <= bound]
+        ordered = _by_key(pending, keys)
+        yield from ordered.tolist()
+        after = float(keys[ordered[-1]])
+        chunk *= 8
 
 
 def best_of_k(  # noqa: PLR0915 (one scan, its rounds and its widenings)
@@ -109,23 +136,30 @@ def best_of_k(  # noqa: PLR0915 (one scan, its rounds and its widenings)
         if size - drawn <= SHUFFLE_REST_ABOVE:
             draw_round(size - drawn, stop_at)
             return None
-        rest = _rest_in_random_order(size, drawn, moved, rng)
+        rest, keys = _rest_with_keys(size, drawn, moved, rng)
         if judge is None:
-            for at in rest.tolist():
+            for place in _in_key_order(keys):
                 if len(kept) >= stop_at:
                     break
                 drawn += 1
-                candidate = candidates[at]
+                candidate = candidates[int(rest[place])]
                 (kept if accept(candidate) else rejected).append(candidate)
             return None
         accepted = judge(rest)
-        hits = np.flatnonzero(accepted)
+        fitting = np.flatnonzero(accepted)
         wanted = stop_at - len(kept)
-        end = int(hits[wanted - 1]) + 1 if len(hits) >= wanted else len(rest)
-        drawn += end
-        kept.extend(candidates[at] for at in rest[hits[:wanted]].tolist())
-        seen = rest[:end]
-        return np.concatenate((np.array(rejected_positions, dtype=np.intp), seen[~accepted[:end]]))
+        if len(fitting) < wanted:  # every candidate is examined
+            drawn = size
+            fitting = _by_key(fitting, keys)
+            seen = ~accepted
+        else:  # up to the wanted-th fitting candidate in key order (ties by place)
+            bound = np.partition(keys[fitting], wanted - 1)[wanted - 1]
+            fitting = _by_key(fitting[keys[fitting] <= bound], keys)[:wanted]
+            last = int(fitting[-1])
+            seen = ~accepted & ((keys < bound) | ((keys == bound) & (np.arange(len(rest)) < last)))
+            drawn += int(np.count_nonzero(seen)) + wanted
+        kept.extend(candidates[at] for at in rest[fitting].tolist())
+        return np.concatenate((np.array(rejected_positions, dtype=np.intp), rest[seen]))
 
     rejected_at = None
     if widening is Widening.DRAW_UNTIL_K:
