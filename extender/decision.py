@@ -465,7 +465,8 @@ def _decide_every_on_columns(
     unresolvable_names: Mapping[str, str] = {}
     if unresolvable_count:
         unresolvable_names = by_reason(_unresolvable_groups(need, slots, unresolvable, columns, reasons))
-    kept = names[admitted].tolist()
+    # Read in place: the admitted names' JSON is cut from the request's (no string per name).
+    kept = candidates.select(admitted) if isinstance(candidates, NameList) else names[admitted].tolist()
     insufficient = len(failed)
     return FilterDecision(
         passed=kept,
