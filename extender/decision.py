@@ -306,8 +306,8 @@ def _filter_on_columns(  # noqa: PLR0917 (filter_nodes' arguments, in order)
         return _decide_every_on_columns(need, candidates, columns, policy.mode, reasons)
     room_of = _room_of(accounts, headroom, numa=False)
 
-    def judge(at: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
-        admitted: npt.NDArray[np.bool_] = need <= columns.column("headroom")[columns.slots(candidates)[at]]
+    def judge() -> npt.NDArray[np.bool_]:
+        admitted: npt.NDArray[np.bool_] = need <= columns.column("headroom")[columns.slots(candidates)]
         return admitted
 
     sample = best_of_k(

@@ -5,7 +5,7 @@ the positions it swapped), each O(1), so a decision costs O(draws), not
 O(nodes): with best-of-K a filter over 5,000 candidates reads about K of them.
 A widened scan over many candidates (fullscan, drawUntilK after a first round
 of K) orders every candidate left at once instead, by a random key each (keys
-drawn from a generator seeded from the same one): on a nearly full cluster it
+drawn from a numpy generator seeded from the same ``random.Random``): on a nearly full cluster it
 goes on until K of thousands fit, and a caller that can judge many candidates
 at once (``judge``) then judges them in one step and sorts only the keys it
 needs, with the same picks as one at a time.
@@ -25,8 +25,9 @@ from extender.policy import Widening
 
 T = TypeVar("T")
 Positions = npt.NDArray[np.intp]
-# Given positions of candidates, whether each is accepted (as ``accept`` on each, in one step).
-Judge = Callable[[Positions], npt.NDArray[np.bool_]]
+# Whether each candidate is accepted, by position (as ``accept`` on each, in one step; a new array).
+Judge = Callable[[], npt.NDArray[np.bool_]]
+ONE_AT_A_TIME = 32  # draws a widened scan makes one at a time before it orders the rest at once
 SHUFFLE_REST_ABOVE = 64  # a scan over more candidates left than this orders them all at once
 
 
@@ -41,11 +42,11 @@ class Sample(Generic[T]):
     rejected_at: Positions | None = None
 
 
-def _random_order(size: int, rng: random.Random, moved: dict[int, int]) -> Iterator[int]:
+def _random_order(size: int, rng: random.Random) -> Iterator[int]:
     """Positions of the candidates in random order, drawn one at a time without replacement: a
-    Fisher-Yates shuffle that records only the positions it swapped (in ``moved``: position ->
-    index of the candidate now there), so a draw costs O(1) and the candidates are never copied.
-    A generator: a scan makes hundreds of draws, and resuming one costs less than a method call."""
+    Fisher-Yates shuffle that records only the positions it swapped, so a draw costs O(1) and the
+    candidates are never copied. A generator: resuming one costs less than a method call."""
+    moved: dict[int, int] = {}  # position -> index of the candidate now there
     randrange = rng.randrange
     for i in range(size):
         j = randrange(i, size)
@@ -54,33 +55,28 @@ def _random_order(size: int, rng: random.Random, moved: dict[int, int]) -> Itera
         yield picked
 
 
-def _rest_with_keys(
-    size: int, drawn: int, moved: dict[int, int], rng: random.Random
-) -> tuple[Positions, npt.NDArray[np.float64]]:
-    """The candidates not drawn yet (after ``drawn`` draws of ``_random_order``) and a random key
-    each, drawn at once from a numpy generator seeded from ``rng``. Their order is that of the
-    keys (a tie, which 53-bit keys make very rare, by place in ``rest``)."""
-    rest = np.arange(drawn, size, dtype=np.intp)
-    for position, index in moved.items():
-        if position >= drawn:
-            rest[position - drawn] = index
-    keys = np.random.Generator(np.random.SFC64(rng.getrandbits(64))).random(len(rest))
-    return rest, keys
+def _keys(size: int, drawn: list[int], rng: random.Random) -> npt.NDArray[np.float64]:
+    """A random key in [0, 1) for each candidate, drawn at once from a numpy generator seeded from
+    ``rng``; those already ``drawn`` (their positions) get infinity. The candidates left are taken
+    in the order of their keys (a tie, which 53-bit keys make very rare, by position)."""
+    keys = np.random.Generator(np.random.SFC64(rng.getrandbits(64))).random(size)
+    keys[drawn] = np.inf
+    return keys
 
 
 def _by_key(places: Positions, keys: npt.NDArray[np.float64]) -> Positions:
-    """``places`` (ascending places in ``rest``) in the order of their keys, ties by place."""
+    """``places`` (ascending positions) in the order of their keys, ties by position."""
     ordered: Positions = places[np.argsort(keys[places], kind="stable")]
     return ordered
 
 
 def _in_key_order(keys: npt.NDArray[np.float64]) -> Iterator[int]:
-    """Every place in the order of its key, sorted a growing chunk at a time (a scan mostly
-    stops early): the smallest keys first, found by a partition, then sorted."""
+    """The position of every finite key in key order, sorted a growing chunk at a time (a scan
+    mostly stops early): the smallest keys first, found by a partition, then sorted."""
     after = -1.0  # keys are in [0, 1)
     chunk = SHUFFLE_REST_ABOVE
     while True:
-        pending = np.flatnonzero(keys > after)
+        pending = np.flatnonzero((keys > after) & (keys < 1.0))
         if not len(pending):
             return
         if len(pending) > chunk:
@@ -108,11 +104,11 @@ def best_of_k(  # noqa: PLR0915 (one scan, its rounds and its widenings)
     with ``accept``, or with ``judge`` (which must agree with ``accept``) in one step, the same
     picks. The sample then says every rejected candidate's position (``rejected_at``)."""
     size = len(candidates)
-    moved: dict[int, int] = {}
-    order = _random_order(size, rng, moved)
+    order = _random_order(size, rng)
     drawn = 0
     kept: list[T] = []
     rejected: list[T] = []
+    drawn_positions: list[int] = []
     rejected_positions: list[int] = []
 
     def draw_round(limit: int, stop_at: int) -> None:
@@ -122,6 +118,7 @@ def best_of_k(  # noqa: PLR0915 (one scan, its rounds and its widenings)
                 return
             at = next(order)
             drawn += 1
+            drawn_positions.append(at)
             candidate = candidates[at]
             if accept(candidate):
                 kept.append(candidate)
@@ -133,33 +130,38 @@ def best_of_k(  # noqa: PLR0915 (one scan, its rounds and its widenings)
         """Draw on until ``stop_at`` are kept or none are left; with ``judge``, every rejected
         candidate's position."""
         nonlocal drawn
+        draw_round(ONE_AT_A_TIME - drawn, stop_at)  # most scans stop within these
+        if len(kept) >= stop_at or not size - drawn:
+            return None
         if size - drawn <= SHUFFLE_REST_ABOVE:
             draw_round(size - drawn, stop_at)
             return None
-        rest, keys = _rest_with_keys(size, drawn, moved, rng)
+        keys = _keys(size, drawn_positions, rng)
         if judge is None:
-            for place in _in_key_order(keys):
+            for at in _in_key_order(keys):
                 if len(kept) >= stop_at:
                     break
                 drawn += 1
-                candidate = candidates[int(rest[place])]
+                candidate = candidates[at]
                 (kept if accept(candidate) else rejected).append(candidate)
             return None
-        accepted = judge(rest)
+        accepted = judge()
+        accepted[drawn_positions] = False
         fitting = np.flatnonzero(accepted)
         wanted = stop_at - len(kept)
         if len(fitting) < wanted:  # every candidate is examined
             drawn = size
             fitting = _by_key(fitting, keys)
-            seen = ~accepted
-        else:  # up to the wanted-th fitting candidate in key order (ties by place)
+            seen = np.flatnonzero(~accepted & (keys < 1.0))
+        else:  # up to the wanted-th fitting candidate in key order (ties by position)
             bound = np.partition(keys[fitting], wanted - 1)[wanted - 1]
             fitting = _by_key(fitting[keys[fitting] <= bound], keys)[:wanted]
-            last = int(fitting[-1])
-            seen = ~accepted & ((keys < bound) | ((keys == bound) & (np.arange(len(rest)) < last)))
-            drawn += int(np.count_nonzero(seen)) + wanted
-        kept.extend(candidates[at] for at in rest[fitting].tolist())
-        return np.concatenate((np.array(rejected_positions, dtype=np.intp), rest[seen]))
+            seen = np.flatnonzero(~accepted & (keys <= bound))
+            if len(seen) and (keys[seen] == bound).any():  # a tie with the last kept: by position
+                seen = seen[(keys[seen] < bound) | (seen < fitting[-1])]
+            drawn += len(seen) + wanted
+        kept.extend(candidates[at] for at in fitting.tolist())
+        return np.concatenate((np.array(rejected_positions, dtype=np.intp), seen))
 
     rejected_at = None
     if widening is Widening.DRAW_UNTIL_K:
