@@ -14,6 +14,7 @@ needs, with the same picks as one at a time.
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -27,7 +28,6 @@ T = TypeVar("T")
 Positions = npt.NDArray[np.intp]
 # Whether each candidate is accepted, by position (as ``accept`` on each, in one step; a new array).
 Judge = Callable[[], npt.NDArray[np.bool_]]
-ONE_AT_A_TIME = 32  # draws a widened scan makes one at a time before it orders the rest at once
 SHUFFLE_REST_ABOVE = 64  # a scan over more candidates left than this orders them all at once
 
 
@@ -59,9 +59,30 @@ def _keys(size: int, drawn: list[int], rng: random.Random) -> npt.NDArray[np.flo
     """A random key in [0, 1) for each candidate, drawn at once from a numpy generator seeded from
     ``rng``; those already ``drawn`` (their positions) get infinity. The candidates left are taken
     in the order of their keys (a tie, which 53-bit keys make very rare, by position)."""
-    keys = np.random.Generator(np.random.SFC64(rng.getrandbits(64))).random(size)
+    generator = _generator()
+    bits = generator.bit_generator
+    # The whole state from ``rng`` (SFC64: three words and a counter), so nothing of an earlier
+    # call carries over; seeding through numpy's SeedSequence cost as much as drawing the keys.
+    bits.state = {
+        "bit_generator": "SFC64",
+        "state": {"state": np.array([rng.getrandbits(64) for _ in range(3)] + [1], dtype=np.uint64)},
+        "has_uint32": 0,
+        "uinteger": 0,
+    }
+    keys = generator.random(size)
     keys[drawn] = np.inf
     return keys
+
+
+_scratch = threading.local()
+
+
+def _generator() -> np.random.Generator:
+    """This thread's numpy generator, its state set by each caller before use."""
+    generator: np.random.Generator | None = getattr(_scratch, "generator", None)
+    if generator is None:
+        generator = _scratch.generator = np.random.Generator(np.random.SFC64(0))
+    return generator
 
 
 def _by_key(places: Positions, keys: npt.NDArray[np.float64]) -> Positions:
@@ -130,9 +151,6 @@ def best_of_k(  # noqa: PLR0915 (one scan, its rounds and its widenings)
         """Draw on until ``stop_at`` are kept or none are left; with ``judge``, every rejected
         candidate's position."""
         nonlocal drawn
-        draw_round(ONE_AT_A_TIME - drawn, stop_at)  # most scans stop within these
-        if len(kept) >= stop_at or not size - drawn:
-            return None
         if size - drawn <= SHUFFLE_REST_ABOVE:
             draw_round(size - drawn, stop_at)
             return None
@@ -156,7 +174,8 @@ def best_of_k(  # noqa: PLR0915 (one scan, its rounds and its widenings)
         else:  # up to the wanted-th fitting candidate in key order (ties by position)
             bound = np.partition(keys[fitting], wanted - 1)[wanted - 1]
             fitting = _by_key(fitting[keys[fitting] <= bound], keys)[:wanted]
-            seen = np.flatnonzero(~accepted & (keys <= bound))
+            seen = np.flatnonzero(keys <= bound)  # few: about K in the share that fits
+            seen = seen[~accepted[seen]]
             if len(seen) and (keys[seen] == bound).any():  # a tie with the last kept: by position
                 seen = seen[(keys[seen] < bound) | (seen < fitting[-1])]
             drawn += len(seen) + wanted
