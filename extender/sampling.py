@@ -14,7 +14,7 @@ needs, with the same picks as one at a time.
 from __future__ import annotations
 
 import random
-import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -59,11 +59,12 @@ def _keys(size: int, drawn: list[int], rng: random.Random) -> npt.NDArray[np.flo
     """A random key in [0, 1) for each candidate, drawn at once from a numpy generator seeded from
     ``rng``; those already ``drawn`` (their positions) get infinity. The candidates left are taken
     in the order of their keys (a tie, which 53-bit keys make very rare, by position)."""
-    generator = _generator()
-    bits = generator.bit_generator
+    generator = _generators.get(rng)
+    if generator is None:
+        generator = _generators[rng] = np.random.Generator(np.random.SFC64(0))
     # The whole state from ``rng`` (SFC64: three words and a counter), so nothing of an earlier
     # call carries over; seeding through numpy's SeedSequence cost as much as drawing the keys.
-    bits.state = {
+    generator.bit_generator.state = {
         "bit_generator": "SFC64",
         "state": {"state": np.array([rng.getrandbits(64) for _ in range(3)] + [1], dtype=np.uint64)},
         "has_uint32": 0,
@@ -74,15 +75,9 @@ def _keys(size: int, drawn: list[int], rng: random.Random) -> npt.NDArray[np.flo
     return keys
 
 
-_scratch = threading.local()
-
-
-def _generator() -> np.random.Generator:
-    """This thread's numpy generator, its state set by each caller before use."""
-    generator: np.random.Generator | None = getattr(_scratch, "generator", None)
-    if generator is None:
-        generator = _scratch.generator = np.random.Generator(np.random.SFC64(0))
-    return generator
+# One numpy generator per ``random.Random`` (whose caller owns both: no two threads share one),
+# its state set from that generator before each use.
+_generators: weakref.WeakKeyDictionary[random.Random, np.random.Generator] = weakref.WeakKeyDictionary()
 
 
 def _by_key(places: Positions, keys: npt.NDArray[np.float64]) -> Positions:
