@@ -3,12 +3,12 @@
 Draws are without replacement (a partial Fisher-Yates shuffle that keeps only
 the positions it swapped), each O(1), so a decision costs O(draws), not
 O(nodes): with best-of-K a filter over 5,000 candidates reads about K of them.
-A widened scan over many candidates (fullscan, drawUntilK after a first round
-of K) orders every candidate left at once instead, by a random key each (keys
-drawn from a numpy generator seeded from the same ``random.Random``): on a nearly full cluster it
-goes on until K of thousands fit, and a caller that can judge many candidates
-at once (``judge``) then judges them in one step and sorts only the keys it
-needs, with the same picks as one at a time.
+A widened scan over many candidates (fullscan, drawUntilK, after a first round
+of K draws) orders every candidate left at once instead, by a random key each,
+drawn from a numpy generator whose state comes from the same ``random.Random``:
+on a nearly full cluster it goes on until K of thousands fit, and a caller that
+can judge many candidates at once (``judge``) then judges them in one step and
+sorts only the keys it needs, with the same picks as one at a time.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def _random_order(size: int, rng: random.Random) -> Iterator[int]:
 
 
 def _keys(size: int, drawn: list[int], rng: random.Random) -> npt.NDArray[np.float64]:
-    """A random key in [0, 1) for each candidate, drawn at once from a numpy generator seeded from
-    ``rng``; those already ``drawn`` (their positions) get infinity. The candidates left are taken
+    """A random key in [0, 1) for each candidate, drawn at once from a numpy generator whose state
+    comes from ``rng``; those already ``drawn`` (their positions) get infinity. The candidates left are taken
     in the order of their keys (a tie, which 53-bit keys make very rare, by position)."""
     generator = _generators.get(rng)
     if generator is None:
