@@ -109,10 +109,13 @@ def main() -> int:
     )
     section(
         "full",
-        "Filter on full clusters over HTTP (one client, NodeNames, every node a candidate; null extender = 1)",
+        "Filter on full clusters over HTTP (one client, NodeNames, every node a candidate; base = 1)",
         full_cluster.COLUMNS,
         lambda: full_cluster.run(
-            nodes=5000, requests=20 if args.quick else 200, log=lambda line: print(line, file=sys.stderr)
+            nodes=5000,
+            rounds=3 if args.quick else 5,
+            requests=10 if args.quick else 60,
+            log=lambda line: print(line, file=sys.stderr),
         ),
     )
     section(

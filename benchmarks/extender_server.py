@@ -4,8 +4,9 @@ The real request path: ``extender.server.create_app`` over an ``Extender``
 whose state holds the synthetic cluster of ``benchmarks.cluster`` (the same
 nodes the client puts in its requests; the documents themselves are not
 kept, so the process weighs what the extender does). Pods in namespace ``bench`` get the
-default best-of-K sample (K = 3), pods in ``bench-k0`` have every candidate
-examined (K = 0), pods in ``bench-shadow`` are in shadow mode (the default mode).
+default best-of-K sample (K = 3), pods in ``bench-k16`` a sample of 16 (the most a filter holds
+a pod on), pods in ``bench-k0`` have every candidate examined (K = 0), pods in ``bench-shadow``
+are in shadow mode (the default mode).
 
 ``--bound-after-ms``: as a cluster's watch would, each pod a filter held nodes for shows up bound
 (to the first node held) that long after the filter, and is deleted a second later, on the same
@@ -37,7 +38,11 @@ from extender.server import Extender, create_app
 CONFIG: dict[str, Any] = {
     "maxRequestBytes": MAX_BODY,
     "defaults": {"mode": "enforce", "sampleSize": 3, "widening": "fullscan"},
-    "namespaces": {"bench-k0": {"sampleSize": 0}, "bench-shadow": {"mode": "shadow"}},
+    "namespaces": {
+        "bench-k0": {"sampleSize": 0},
+        "bench-k16": {"sampleSize": 16},
+        "bench-shadow": {"mode": "shadow"},
+    },
 }
 PODS_PER_NODE = 20
 MAX_PODS = 100_000

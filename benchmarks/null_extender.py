@@ -9,6 +9,11 @@ of deciding anything.
   ``NodeNames`` or ``Nodes`` bytes as they came (no node is decoded).
 - ``POST /prioritize``: every candidate scores 0 (node names are decoded,
   skipping every other field, since the answer names each node).
+- ``POST /floor/rejected/insufficient``, ``/floor/rejected/exceeds-pool``: the
+  floor of an answer that names every candidate (no node passes): the names
+  decoded, and every one written into ``FailedAndUnresolvableNodes`` with the
+  extender's own reason for that cause (a dict encoded by msgspec), so the
+  answer is as large as the extender's.
 - ``POST /floor/filter``, ``/floor/prioritize``: the field-skipping decode
   floor. Each decodes the pod and every node's name in one pass that skips
   every other field (the least any extender that looks at each node must
@@ -30,6 +35,7 @@ from collections.abc import Sequence
 import msgspec
 from aiohttp import web
 
+from extender.decision import Reasons
 from extender.objects import NodeName, Pod
 
 JSON = "application/json"
@@ -91,6 +97,23 @@ def candidate_names(body: bytes) -> list[str]:
     return (_names.decode(names) if names is not None else None) or []
 
 
+REJECTED = Reasons.for_resource("hugepages-2Mi")  # the benchmarks' resource, the extender's reasons
+
+
+def rejected_floor(body: bytes, reason: str) -> bytes:
+    """ExtenderFilterResult naming every candidate rejected for ``reason``: the least an answer
+    that names them all costs (decode the names, encode the map)."""
+    return _encoder.encode(
+        {
+            "FailedNodes": {},
+            "FailedAndUnresolvableNodes": dict.fromkeys(candidate_names(body), reason),
+            "Error": "",
+            "Nodes": None,
+            "NodeNames": [],
+        }
+    )
+
+
 def null_prioritize(body: bytes) -> bytes:
     """HostPriorityList: every candidate, score 0."""
     return _encoder.encode([HostPriority(name, 0) for name in candidate_names(body)])
@@ -125,6 +148,14 @@ async def _prioritize(request: web.Request) -> web.Response:
     return web.Response(body=null_prioritize(await request.read()), content_type=JSON)
 
 
+async def _insufficient_floor(request: web.Request) -> web.Response:
+    return web.Response(body=rejected_floor(await request.read(), REJECTED.insufficient), content_type=JSON)
+
+
+async def _exceeds_pool_floor(request: web.Request) -> web.Response:
+    return web.Response(body=rejected_floor(await request.read(), REJECTED.exceeds_pool), content_type=JSON)
+
+
 async def _floor_filter(request: web.Request) -> web.Response:
     return web.Response(body=floor_filter(await request.read()), content_type=JSON)
 
@@ -141,6 +172,8 @@ def create_app() -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post("/filter", _filter)
     app.router.add_post("/prioritize", _prioritize)
+    app.router.add_post("/floor/rejected/insufficient", _insufficient_floor)
+    app.router.add_post("/floor/rejected/exceeds-pool", _exceeds_pool_floor)
     app.router.add_post("/floor/filter", _floor_filter)
     app.router.add_post("/floor/prioritize", _floor_prioritize)
     app.router.add_get("/healthz", _ok)

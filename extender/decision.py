@@ -299,30 +299,76 @@ def _filter_on_columns(  # noqa: PLR0917 (filter_nodes' arguments, in order)
     columns: NodeColumns,
 ) -> FilterDecision:
     """``_filter_per_node`` over many candidates: a policy that examines every candidate does so in
-    one numpy comparison over ``columns`` (the same headroom, by slot); a best-of-K scan that keeps
-    nothing for long asks them once whether any candidate fits at all, and the reasons of many
-    rejected nodes are read off the ceiling column."""
+    one numpy comparison over ``columns`` (the same headroom, by slot); a widened best-of-K scan
+    judges the candidates left in one comparison too (the same picks: ``sampling.best_of_k``), and
+    the reasons of many rejected nodes are read off the ceiling column."""
     if policy.examines_every_candidate:
         return _decide_every_on_columns(need, candidates, columns, policy.mode, reasons)
     room_of = _room_of(accounts, headroom, numa=False)
+
+    def judge() -> npt.NDArray[np.bool_]:
+        admitted: npt.NDArray[np.bool_] = need <= columns.column("headroom")[columns.slots(candidates)]
+        return admitted
+
     sample = best_of_k(
-        candidates,
-        policy.sample_size,
-        policy.widening,
-        lambda name: need <= room_of(name, UNBOUNDED),
-        rng,
-        hopeless=_none_admitted(need, candidates, columns),
+        candidates, policy.sample_size, policy.widening, lambda name: need <= room_of(name, UNBOUNDED), rng, judge=judge
     )
-    if sample.abandoned:  # no candidate admits the pod: widened draws reject every one
+    if sample.rejected_at is None:
+        return _decision_of(sample, need, candidates, accounts, policy.mode, reasons, numa=False, columns=columns)
+    if not sample.kept:  # the scan rejected every candidate: the exhaustive decision
         decision = _decide_every_on_columns(need, candidates, columns, Mode.ENFORCE, reasons)
         return dataclasses.replace(decision, widened=True)
-    return _decision_of(sample, need, candidates, accounts, policy.mode, reasons, numa=False, columns=columns)
+    return _scanned_on_columns(sample, sample.rejected_at, need, candidates, accounts, reasons, columns)
 
 
-def _none_admitted(need: int, candidates: Sequence[str], columns: NodeColumns) -> Callable[[], bool]:
-    """For a scan that has kept nothing after many draws (a pod no pool can take, retried while it
-    waits): whether no candidate admits the pod, by one numpy comparison over the headroom column."""
-    return lambda: not (need <= columns.column("headroom")[columns.slots(candidates)]).any()
+def _scanned_on_columns(  # noqa: PLR0917 (a sample and what it was drawn for)
+    sample: Sample[str],
+    rejected_at: npt.NDArray[np.intp],
+    need: int,
+    candidates: Sequence[str],
+    accounts: Accounts,
+    reasons: Reasons,
+    columns: NodeColumns,
+) -> FilterDecision:
+    """``_decision_of`` for a judged scan that kept some: the rejected (hundreds on a nearly full
+    cluster) counted and grouped by reason on the columns, their names selected only if read."""
+    if not (isinstance(candidates, NameList) and candidates.distinct()):
+        rejected = [candidates[at] for at in rejected_at.tolist()]  # a name given twice: one entry
+        whole = dataclasses.replace(sample, rejected=rejected, rejected_at=None)
+        return _decision_of(whole, need, candidates, accounts, Mode.ENFORCE, reasons, numa=False, columns=columns)
+    slots = columns.slots(candidates)[rejected_at]
+    unresolvable = need > columns.column("ceiling")[slots]
+    names = candidates.array()[rejected_at]
+    exceeds_pool = int(np.count_nonzero(unresolvable))
+    groups = _unresolvable_groups(need, slots, unresolvable, columns, reasons) if exceeds_pool else []
+    return FilterDecision(
+        passed=sample.kept,
+        failed=RejectedByReason(names, [(reasons.insufficient, ~unresolvable)]),
+        unresolvable=RejectedByReason(names, groups),
+        outcome=Outcome.FIT,
+        insufficient=len(rejected_at) - exceeds_pool,
+        exceeds_pool=exceeds_pool,
+        examined=len(sample.kept) + len(rejected_at),
+        widened=sample.widened,
+    )
+
+
+def _unresolvable_groups(
+    need: int,
+    slots: npt.NDArray[np.intp],
+    unresolvable: npt.NDArray[np.bool_],
+    columns: NodeColumns,
+    reasons: Reasons,
+) -> list[tuple[str, npt.NDArray[np.bool_]]]:
+    """The unresolvable nodes by reason (``fits``' order: no pool, whole pool too small, what pages
+    held outside pods leave too small), a mask each over ``slots``."""
+    total = columns.column("total_pages")[slots]
+    page = columns.column("page_size")[slots]
+    need_pages = np.where(page > 0, -(-need // np.maximum(page, 1)), 0)  # never a division by 0
+    no_pool = unresolvable & ((total <= 0) | (page <= 0))
+    exceeds = unresolvable & ~no_pool & (need_pages > total)
+    held_outside = unresolvable & ~no_pool & ~exceeds
+    return [(reasons.no_pool, no_pool), (reasons.exceeds_pool, exceeds), (reasons.held_outside, held_outside)]
 
 
 def _reasons_of(
@@ -418,17 +464,9 @@ def _decide_every_on_columns(
     failed = by_reason([(reasons.insufficient, ~admitted & ~unresolvable)])
     unresolvable_names: Mapping[str, str] = {}
     if unresolvable_count:
-        total = columns.column("total_pages")[slots]
-        page = columns.column("page_size")[slots]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            need_pages = np.where(page > 0, -(-need // np.maximum(page, 1)), 0)
-        no_pool = unresolvable & ((total <= 0) | (page <= 0))
-        exceeds = unresolvable & ~no_pool & (need_pages > total)
-        held_outside = unresolvable & ~no_pool & ~exceeds
-        unresolvable_names = by_reason(
-            [(reasons.no_pool, no_pool), (reasons.exceeds_pool, exceeds), (reasons.held_outside, held_outside)]
-        )
-    kept = names[admitted].tolist()
+        unresolvable_names = by_reason(_unresolvable_groups(need, slots, unresolvable, columns, reasons))
+    # Read in place: the admitted names' JSON is cut from the request's (no string per name).
+    kept = candidates.select(admitted) if isinstance(candidates, NameList) else names[admitted].tolist()
     insufficient = len(failed)
     return FilterDecision(
         passed=kept,

@@ -28,7 +28,7 @@ _decoder = msgspec.json.Decoder(list[str])
 class NameList(Sequence[str]):
     """An immutable sequence of the names in ``json``; ``json`` is kept and may be echoed."""
 
-    __slots__ = ("_array", "_commas", "_distinct", "_names", "_reads", "json", "memo")
+    __slots__ = ("_array", "_commas", "_distinct", "_lengths", "_names", "_reads", "json", "memo")
 
     def __init__(self, json: bytes, commas: npt.NDArray[np.intp]) -> None:
         self.json = json
@@ -36,6 +36,7 @@ class NameList(Sequence[str]):
         self._names: list[str] | None = None
         self._array: npt.NDArray[np.object_] | None = None
         self._distinct: bool | None = None
+        self._lengths: npt.NDArray[np.intp] | None = None  # each name's bytes, for select()
         self._reads = 0
         # What a reader derived from these names (the columns' slots), kept with the list:
         # as long as the list is kept, and no longer.
@@ -113,6 +114,28 @@ class NameList(Sequence[str]):
         if self._array is None:
             self._array = np.array(self.names(), dtype=object)
         return self._array
+
+    def select(self, mask: npt.NDArray[np.bool_]) -> NameList:
+        """The names where ``mask`` is true, in order, as a list read in place: its JSON is cut
+        from this one's bytes (each name with its quotes and comma), so an answer passing most of
+        a long list writes it without encoding thousands of strings."""
+        json = self.json
+        count = len(self)
+        if not count or not mask.any():
+            return NameList(b"[]", np.zeros(0, np.intp))
+        if self._lengths is None:
+            # Name i with its quotes and the comma after it (the last has none), from byte 1 on.
+            ends = np.empty(count, np.intp)
+            ends[:-1] = self._commas + 1
+            ends[-1] = len(json) - 1
+            self._lengths = np.diff(ends, prepend=1)
+        lengths = self._lengths
+        cut = np.frombuffer(json, np.uint8)[1:-1][np.repeat(mask, lengths)].tobytes()
+        if cut.endswith(b","):
+            cut = cut[:-1]
+        # Each kept name but the last is followed by its comma: the commas of the new list.
+        new_commas = np.cumsum(lengths[mask])[:-1]  # offsets past each comma, less the "[" before
+        return NameList(b"[" + cut + b"]", new_commas)
 
     def distinct(self) -> bool:
         """Whether no name is given twice (as the scheduler sends them); found once."""

@@ -4,7 +4,7 @@ from typing import Any
 
 import msgspec
 
-from benchmarks import concurrency, decision, extender_round_trip, http_decision, node_reports, scale
+from benchmarks import concurrency, decision, extender_round_trip, full_cluster, http_decision, node_reports, scale
 from benchmarks.cluster import node_documents, request_body
 from benchmarks.null_extender import field_skipping_decode, floor_prioritize, null_filter, null_prioritize
 
@@ -37,6 +37,21 @@ def test_http_decision_benchmark_runs() -> None:
     ours = [row for row in rows if row["verb"] in ("filter", "prioritize")]
     assert len(ours) == 10  # per mode: filter K=3, K=0, no hugepages; prioritize with and without
     assert all(row["requests"] >= 3 and row["req/s"] > 0 and row["x null"] > 0 for row in ours)
+
+
+def test_full_cluster_benchmark_runs_every_case_against_its_base() -> None:
+    rows = full_cluster.run(nodes=200, shares=(90, 100), rounds=2, requests=2, log=lambda line: None)  # 90%: 20 fit
+    assert [(row["full %"], row["case"]) for row in rows] == [
+        (share, case) for share in (90, 100) for case in full_cluster.CASES
+    ]
+    bases = {(row["full %"], row["case"]): row["base"] for row in rows}
+    assert bases[90, "enforce K=3"] == "null"
+    assert bases[100, "enforce K=0 (bind)"] == "floor insufficient"  # every node named: the floor of that answer
+    assert bases[90, "no pool can take"] == "floor exceeds pool"
+    for row in rows:
+        assert 0 < row["x min"] <= row["x base"] <= row["x max"]
+        if row["base"] != "null":
+            assert row["answer KB"] == row["base KB"]  # the floor's answer is as large as ours
 
 
 def test_concurrency_benchmark_runs() -> None:

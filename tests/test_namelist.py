@@ -1,6 +1,7 @@
 """NameList reads a JSON array of names in place, or declines; it never reads it wrong."""
 
 import msgspec
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,6 +20,23 @@ def test_node_names_are_read_in_place_and_equal_the_decoded_list(names: list[str
     assert [read[i] for i in range(len(names))] == names  # one at a time, before any full decode
     assert list(read) == names
     assert read.json is json
+
+
+@given(st.lists(st.tuples(DNS_LABEL, st.booleans()), max_size=60), st.booleans())
+def test_a_selection_is_the_selected_names_read_in_place(picks: list[tuple[str, bool]], twice: bool) -> None:
+    names = [name for name, _ in picks]
+    read = NameList.read(msgspec.json.encode(names))
+    assert read is not None
+    mask = np.array([keep for _, keep in picks], dtype=bool)
+    for _ in range(2 if twice else 1):  # the second from what the first found
+        selected = read.select(mask)
+        wanted = [name for name, keep in picks if keep]
+        assert msgspec.json.decode(selected.json) == wanted  # the bytes an answer echoes
+        assert [selected[i] for i in range(len(wanted))] == wanted  # read one at a time
+        assert list(selected) == wanted
+        again = NameList.read(selected.json)
+        assert again is not None
+        assert list(again) == wanted
 
 
 @given(st.lists(st.text(max_size=8), max_size=12))

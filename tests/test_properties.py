@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from extender.capacity import Fit, NodeAccount, ceiling_bytes, fits, headroom_bytes, numa_headroom_bytes
 from extender.columns import NodeColumns
-from extender.decision import VECTOR_THRESHOLD, Reasons, filter_nodes, prioritize_nodes
+from extender.decision import VECTOR_THRESHOLD, FilterDecision, Reasons, filter_nodes, prioritize_nodes
 from extender.namelist import NameList
 from extender.objects import ObjectMeta, Pod, PodSpec
 from extender.podrequest import PodDemand
@@ -199,6 +199,78 @@ def test_examining_every_candidate_on_the_columns_decides_as_the_table_does(  # 
     if not scalar.passed and mode is Mode.ENFORCE:
         assert answers[0]["FailedNodes"] == {}
         assert answers[0]["FailedAndUnresolvableNodes"] == {**scalar.failed, **scalar.unresolvable}
+
+
+# One need (1 GiB of 2 MiB pages) and an account per verdict it can get, for clusters of many nodes
+# where few fit: a best-of-K scan there goes on past its first round (sampling.SHUFFLE_REST_ABOVE).
+NEED_PAGES = 512
+VERDICT_ACCOUNTS = {
+    Fit.FITS: NodeAccount(page_size=PAGE, total_pages=2000, used_pages=100),
+    Fit.INSUFFICIENT: NodeAccount(page_size=PAGE, total_pages=2000, used_pages=1900),
+    Fit.NO_POOL: NodeAccount(page_size=PAGE),
+    Fit.EXCEEDS_POOL: NodeAccount(page_size=PAGE, total_pages=100),
+    Fit.HELD_OUTSIDE: NodeAccount(page_size=PAGE, total_pages=1000, reserved_pages=900),
+}
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    verdicts=st.lists(
+        st.sampled_from([*VERDICT_ACCOUNTS, None]),  # None: a node the extender does not know (admitted)
+        min_size=VECTOR_THRESHOLD + 1,
+        max_size=400,
+    ),
+    fit_one_in=st.sampled_from([1, 3, 10, 10, 30, 1000]),
+    k=st.integers(1, 20),
+    widening=st.sampled_from(list(Widening)),
+    seed=st.integers(),
+    in_place=st.sampled_from([True, True, False]),  # as the scheduler sends them: read in place,
+    repeat=st.sampled_from([False, False, True]),  # each name once
+)
+def test_best_of_k_on_the_columns_decides_as_one_node_at_a_time(  # noqa: PLR0917 (hypothesis)
+    verdicts: list[Fit | None],
+    fit_one_in: int,
+    k: int,
+    widening: Widening,
+    seed: int,
+    in_place: bool,
+    repeat: bool,
+) -> None:
+    # Few admitted (nearly full clusters): most of what would be admitted becomes full instead.
+    rng = random.Random(seed)
+    kinds = [Fit.INSUFFICIENT if v in (Fit.FITS, None) and rng.randrange(fit_one_in) else v for v in verdicts]
+    cluster = {f"n{i}": VERDICT_ACCOUNTS[v] for i, v in enumerate(kinds) if v is not None}
+    names = [f"n{i}" for i in range(len(kinds))] + (["n0", "n1"] if repeat else [])  # a name given twice
+    candidates: Sequence[str] = names
+    if in_place:
+        read = NameList.read(msgspec.json.encode(names))
+        assert read is not None
+        candidates = read
+    columns = NodeColumns(capacity=2)
+    for name, account in cluster.items():
+        columns.put(name, account)
+    table = {name: headroom_bytes(account) for name, account in cluster.items()}
+    demand = PodDemand(NEED_PAGES * PAGE, 100)
+    policy = Policy(mode=Mode.ENFORCE, sample_size=k, widening=widening)
+
+    def decide(c: Sequence[str], with_columns: bool) -> tuple[FilterDecision, dict[str, object]]:
+        decision = filter_nodes(
+            demand,
+            c,
+            accounts=cluster,
+            policy=policy,
+            reasons=REASONS,
+            rng=random.Random(seed),
+            headroom=table,
+            columns=columns if with_columns else None,
+        )
+        pod = Pod(metadata=ObjectMeta(name="p", namespace="default", uid="u"), spec=PodSpec(containers=[]))
+        return decision, msgspec.json.decode(render_filter(ExtenderArgs(pod, c), decision))
+
+    (vector, vector_answer), (scalar, scalar_answer) = decide(candidates, True), decide(names, False)
+    assert list(vector.passed) == list(scalar.passed)  # the same picks, in the same order
+    assert dataclasses.replace(vector, passed=[]) == dataclasses.replace(scalar, passed=[])
+    assert vector_answer == scalar_answer
 
 
 @settings(max_examples=examples(200), deadline=None)

@@ -2,6 +2,7 @@
 
 import random
 
+import numpy as np
 import pytest
 
 from extender.policy import Widening
@@ -107,3 +108,28 @@ def test_draws_are_those_of_a_fisher_yates_shuffle_and_read_only_the_drawn(seed:
     Counted.reads = 0
     best_of_k(candidates, 3, Widening.NONE, lambda n: True, random.Random(seed))
     assert Counted.reads == 3
+
+
+@pytest.mark.parametrize("widening", [Widening.FULLSCAN, Widening.DRAW_UNTIL_K])
+@pytest.mark.parametrize("one_in", [100, 300, 400, 1001])  # 10 accepted, 4, 3 (K) and none
+@pytest.mark.parametrize("seed", range(10))
+def test_a_judged_scan_keeps_what_one_at_a_time_keeps(widening: Widening, one_in: int, seed: int) -> None:
+    # 1,000 candidates, few accepted: the scan goes on past its first round, the rest ordered at
+    # once; judging them in one step keeps the same ones, in the same order, and rejects the same.
+    many = [f"n{i}" for i in range(1000)]
+    accepted = {name for i, name in enumerate(many) if i % one_in == 7}
+    one_at_a_time = best_of_k(many, 3, widening, accepted.__contains__, random.Random(seed))
+    judged = best_of_k(
+        many,
+        3,
+        widening,
+        accepted.__contains__,
+        random.Random(seed),
+        judge=lambda: np.array([name in accepted for name in many], dtype=bool),
+    )
+    assert judged.kept == one_at_a_time.kept
+    if one_at_a_time.rejected_at is None and len(one_at_a_time.rejected) > 3:  # past the first round
+        assert len(judged.kept) == min(3, len(accepted))
+        assert judged.rejected_at is not None
+        assert sorted(many[i] for i in judged.rejected_at.tolist()) == sorted(one_at_a_time.rejected)
+    assert (judged.exhausted, judged.widened) == (one_at_a_time.exhausted, one_at_a_time.widened)
