@@ -26,6 +26,7 @@ from benchmarks import (
     node_reports,
     scale,
     scheduler,
+    scheduler_window,
 )
 from benchmarks.stats import table
 
@@ -135,6 +136,18 @@ def main() -> int:
             workdir=args.scheduler_workdir,
             log=lambda line: print(line, file=sys.stderr),
         ),
+    )
+    section(
+        "scheduler_window",
+        "Time to bind when few pools have room (real kube-scheduler, 100% against adaptive, window retries)",
+        scheduler_window.COLUMNS,
+        lambda: scheduler_window.run(
+            nodes=1000 if args.quick else 5000,
+            pods=3 if args.quick else 10,
+            workdir=args.scheduler_workdir,
+            log=lambda line: print(line, file=sys.stderr),
+        ),
+        part="scheduler",
     )
     section(
         "hold",

@@ -112,6 +112,15 @@ VARIANTS = [
     Variant("none-adaptive", "no extender, adaptive percentageOfNodesToScore", percentage_of_nodes_to_score=None),
     Variant("null", "null extender, NodeNames", "null"),
     Variant("ours", "ours, NodeNames (K=3)", "ours", config={"defaults": {"mode": "enforce"}}),
+    # The same with the scheduler's adaptive sample: what percentageOfNodesToScore 100 costs with
+    # this extender (scheduler_window.py: what the adaptive sample costs a pod when few pools have room).
+    Variant(
+        "ours-adaptive",
+        "ours, NodeNames (K=3), adaptive percentageOfNodesToScore",
+        "ours",
+        config={"defaults": {"mode": "enforce"}},
+        percentage_of_nodes_to_score=None,
+    ),
     Variant(
         "ours-mtls",
         "ours, NodeNames (K=3), HTTPS + client certs",
@@ -291,7 +300,7 @@ def _config_for(variant: Variant, url: str | None, tls_config: dict[str, str] | 
             url,
             scheduler_name=SCHEDULER_NAME,
             node_cache_capable=variant.node_cache_capable,
-            percentage_of_nodes_to_score=100,
+            percentage_of_nodes_to_score=variant.percentage_of_nodes_to_score,
             http_timeout="30s",
             extender={"tlsConfig": tls_config} if tls_config else None,
         )
