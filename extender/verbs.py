@@ -268,6 +268,7 @@ class ExtenderVerbs:
             uid,
             candidates=len(candidates),
             nodes=len(self.state.accounts),
+            now=self.state.now(),
             room=lambda: room_anywhere(demand.hugepage_bytes, accounts, numa=numa, columns=columns),
         )
 

@@ -19,7 +19,7 @@ A window retry is answered only when all of these hold; otherwise the answer is 
 - this pod has had fewer window retries in a row than windows cover the nodes
   (``ceil(nodes / candidates)``): a node with room that the in-tree filters exclude (a node
   selector, a taint) is never sent, and its room must not keep the pod erring. After the last
-  retry the pod is turned away and its count starts again.
+  retry the pod is turned away for ``REST_SECONDS``; then a new run may start.
 """
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ from extender.objects import Pod
 ENFORCE_MARKER = "hugepage-extender.io/enforce"
 MIN_FEASIBLE_NODES = 100  # minFeasibleNodesToFind, pkg/scheduler/schedule_one.go:57
 REMEMBERED_PODS = 10_000  # pods with a run of retries; far more than wait at once
+# After a run's last retry, the pod is turned away for this long (kube-scheduler's flush of
+# unschedulable pods, backend/queue/scheduling_queue.go:65): events that requeue it meanwhile
+# start no new run, so a pod whose room lies only on nodes the in-tree filters exclude costs
+# at most one run of retries per flush.
+REST_SECONDS = 300.0
+_NOT_OVER = -1.0
 
 
 def through_enforce_entry(pod: Pod) -> bool:
@@ -84,25 +90,37 @@ class WindowRetries:
     """Per pod (UID), the window retries answered in a row: at most ``REMEMBERED_PODS`` pods, the
     oldest forgotten first (a forgotten pod starts a new run, still bounded)."""
 
-    def __init__(self, remembered: int = REMEMBERED_PODS) -> None:
-        self._runs: OrderedDict[str, int] = OrderedDict()
+    def __init__(self, remembered: int = REMEMBERED_PODS, rest_seconds: float = REST_SECONDS) -> None:
+        self._runs: OrderedDict[str, tuple[int, float]] = OrderedDict()  # uid -> (retries, run over at)
         self._remembered = remembered
+        self._rest_seconds = rest_seconds
 
-    def retry(self, uid: str, *, candidates: int, nodes: int, room: Callable[[], bool]) -> int:
+    def retry(self, uid: str, *, candidates: int, nodes: int, now: float, room: Callable[[], bool]) -> int:
         """For a pod whose every candidate was turned away: the number of this retry (1, 2, ...),
         or 0 to turn it away. ``room`` (whether any node would hold it) is asked last, and only when
         the rest allows a retry: it may cost a pass over the nodes."""
-        done = self._runs.pop(uid, 0)
-        if not may_be_a_window(candidates, nodes) or done >= windows_to_cover(candidates, nodes) or not room():
+        done, over_at = self._runs.pop(uid, (0, _NOT_OVER))
+        if over_at != _NOT_OVER and now - over_at < self._rest_seconds:
+            self._remember(uid, done, over_at)  # resting: turned away until the rest is over
             return 0
-        self._runs[uid] = done + 1
-        if len(self._runs) > self._remembered:
-            self._runs.popitem(last=False)
+        if over_at != _NOT_OVER:
+            done = 0  # rested: a new run
+        if not may_be_a_window(candidates, nodes) or not room():
+            return 0
+        if done >= windows_to_cover(candidates, nodes):
+            self._remember(uid, done, now)  # the run is over: rest
+            return 0
+        self._remember(uid, done + 1, _NOT_OVER)
         return done + 1
 
     def placed(self, uid: str) -> None:
         """The pod was admitted somewhere: its run is over."""
         self._runs.pop(uid, None)
+
+    def _remember(self, uid: str, done: int, over_at: float) -> None:
+        self._runs[uid] = (done, over_at)
+        if len(self._runs) > self._remembered:
+            self._runs.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._runs)

@@ -40,33 +40,37 @@ def test_the_scheduler_may_stop_short_only_with_at_least_100_candidates_and_fewe
     assert windows_to_cover(500, 5000) == 10
 
 
-def test_a_run_of_retries_ends_after_the_windows_that_cover_the_nodes_then_starts_again() -> None:
-    retries = WindowRetries()
+def test_a_run_of_retries_ends_after_the_windows_that_cover_the_nodes_then_rests() -> None:
+    retries = WindowRetries(rest_seconds=300)
     asked: list[int] = []
 
     def room() -> bool:
         asked.append(1)
         return True
 
-    assert [retries.retry("u", candidates=100, nodes=300, room=room) for _ in range(4)] == [1, 2, 3, 0]
-    assert retries.retry("u", candidates=100, nodes=300, room=room) == 1  # a new run (a later event)
+    def retry(now: float, candidates: int = 100) -> int:
+        return retries.retry("u", candidates=candidates, nodes=300, now=now, room=room)
+
+    assert [retry(0), retry(1), retry(3), retry(7)] == [1, 2, 3, 0]
+    assert [retry(10), retry(306)] == [0, 0]  # resting: events that requeue it start no new run
+    assert retry(307.1) == 1  # rested: a new run
     retries.placed("u")
     assert len(retries) == 0
     asked.clear()
-    assert retries.retry("u", candidates=99, nodes=300, room=room) == 0
+    assert retry(400, candidates=99) == 0
     assert asked == []  # room is asked last, only when a retry is otherwise allowed
 
 
 def test_a_pod_no_node_can_hold_is_turned_away_at_once() -> None:
     retries = WindowRetries()
-    assert retries.retry("u", candidates=100, nodes=300, room=lambda: False) == 0
+    assert retries.retry("u", candidates=100, nodes=300, now=0, room=lambda: False) == 0
     assert len(retries) == 0
 
 
 def test_runs_are_remembered_for_a_bounded_number_of_pods() -> None:
     retries = WindowRetries(remembered=2)
     for uid in ("a", "b", "c"):
-        retries.retry(uid, candidates=100, nodes=300, room=lambda: True)
+        retries.retry(uid, candidates=100, nodes=300, now=0, room=lambda: True)
     assert len(retries) == 2
 
 

@@ -1,0 +1,86 @@
+"""The scheduler's window on the real kube-scheduler (docs/design.md, "The scheduler's window").
+
+250 nodes, ``percentageOfNodesToScore: 5`` (a window of 100 feasible nodes, kube-scheduler's
+minimum), every pool held outside pods (the extender's annotation, which the in-tree filters do
+not see) but the last node's, which the first window never reaches (the scheduler lists nodes in
+name order and starts its first search at the first). A pod through the enforce entry (its marker,
+the entry not ignorable) is bound within seconds: the extender answers an Error while nodes it
+was not sent would hold the pod, the scheduler backs off (1 s, then 2 s) and tries its next
+window. Without the window retries (the same pod sent through an entry it carries no marker for),
+the pod is turned away and still Pending long after.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from e2e.cluster.placement_support import (
+    EXTENDER_REASON_HELD_OUTSIDE,
+    Cell,
+    assert_stays_pending,
+    metric_value,
+    reserve_pages,
+    wait_for_event,
+)
+from e2e.controlplane import Scheduler, extender_scheduler_config
+from extender.server import WINDOW_RETRY_MESSAGE
+from extender.window import ENFORCE_MARKER
+
+pytestmark = pytest.mark.cluster
+
+NODES = 250
+WITHIN = 15.0  # two retries: backoff 1 s + 2 s, and the scheduling itself
+PENDING = 10.0  # how long the pod without window retries is watched
+
+
+def cell_nodes(cell: Cell) -> list[str]:
+    """NODES nodes in name order, every pool held outside pods but the last node's."""
+    names = [f"w{i:03d}" for i in range(NODES)]
+
+    def make(suffix: str) -> str:
+        name = cell.node(suffix, hugepages="2Gi")
+        if suffix != names[-1]:
+            reserve_pages(cell.core, name, "2Gi")
+        return name
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(make, names))
+
+
+def scheduler(cell: Cell, url: str, name: str, *, marker: bool) -> Scheduler:
+    """A window of 100 nodes, kube-scheduler's default backoff (1 s doubling to 10 s) and flush (5 min).
+    With ``marker``, the chart's enforce entry (only pods with the marker); without, every pod is sent."""
+    extender = {"managedResources": [{"name": ENFORCE_MARKER, "ignoredByScheduler": True}]} if marker else None
+    config = extender_scheduler_config(
+        url, scheduler_name=name, percentage_of_nodes_to_score=5, http_timeout="5s", extender=extender
+    )
+    return cell.start_scheduler(config, name=name)
+
+
+def test_a_pod_whose_window_holds_no_room_is_bound_from_the_next_windows(cell: Cell) -> None:
+    nodes = cell_nodes(cell)
+    time.sleep(1)  # the extender's watch has every annotation (it lists them when it starts anyway)
+    extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce"}}})
+
+    # Without window retries: turned away by its window, it waits for an event or the flush.
+    scheduler(cell, extender.url, f"plain-{cell.slug}", marker=False)
+    cell.pod("waits", f"plain-{cell.slug}", hugepages_2mi="256Mi")
+    wait_for_event(cell.core, cell.namespace, "waits", "FailedScheduling", contains=EXTENDER_REASON_HELD_OUTSIDE)
+    assert_stays_pending(cell.core, cell.namespace, ["waits"], PENDING)
+    assert metric_value(extender, "hugepage_extender_window_retries_total") == 0
+    cell.core.delete_namespaced_pod("waits", cell.namespace, grace_period_seconds=0)
+
+    marked = scheduler(cell, extender.url, f"window-{cell.slug}", marker=True)
+    started = time.monotonic()
+    cell.pod("retried", f"window-{cell.slug}", hugepages_2mi="256Mi", extended={ENFORCE_MARKER: "1"})
+    bound = cell.plane.wait_for_pod_bound(cell.namespace, "retried", timeout=WITHIN)
+    took = time.monotonic() - started
+    assert bound == nodes[-1]
+    retries = metric_value(extender, "hugepage_extender_window_retries_total")
+    errors = marked.process.log_path.read_text().count(WINDOW_RETRY_MESSAGE)
+    print(f"bound {took:.2f} s after creation, {retries:.0f} window retries, {errors} scheduler error lines")
+    assert retries >= 1
+    assert errors >= retries  # each retry is one error line of the scheduler (and its event)
