@@ -7,7 +7,7 @@ name order and starts its first search at the first). A pod through the enforce 
 the entry not ignorable) is bound within seconds: the extender answers an Error while nodes it
 was not sent would hold the pod, the scheduler backs off (1 s, then 2 s) and tries its next
 window. Without the window retries (the same pod sent through an entry it carries no marker for),
-the pod is turned away and still Pending long after.
+the pod is turned away by its first window.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import pytest
 from e2e.cluster.placement_support import (
     EXTENDER_REASON_HELD_OUTSIDE,
     Cell,
-    assert_stays_pending,
     metric_value,
     reserve_pages,
     wait_for_event,
@@ -33,7 +32,6 @@ pytestmark = pytest.mark.cluster
 
 NODES = 250
 WITHIN = 15.0  # two retries: backoff 1 s + 2 s, and the scheduling itself
-PENDING = 10.0  # how long the pod without window retries is watched
 
 
 def full_nodes(cell: Cell) -> list[str]:
@@ -75,10 +73,10 @@ def test_a_pod_whose_window_holds_no_room_is_bound_from_the_next_windows(cell: C
     time.sleep(2)  # the schedulers have the node too, and no event is left to requeue a pod
 
     # Without window retries (no marker: every pod is sent, through an entry that selects none):
-    # turned away by its window, it waits for an event or the 5-minute flush.
+    # turned away by its window, it would wait for a cluster event or the 5-minute flush (how soon
+    # an event comes is up to the other tests sharing this control plane, so the test stops here).
     cell.pod("waits", plain.name, hugepages_2mi="256Mi")
     wait_for_event(cell.core, cell.namespace, "waits", "FailedScheduling", contains=EXTENDER_REASON_HELD_OUTSIDE)
-    assert_stays_pending(cell.core, cell.namespace, ["waits"], PENDING)
     assert metric_value(extender, "hugepage_extender_window_retries_total") == 0
     cell.core.delete_namespaced_pod("waits", cell.namespace, grace_period_seconds=0)
 
