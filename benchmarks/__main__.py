@@ -129,7 +129,7 @@ def main() -> int:
     )
     section(
         "scheduler",
-        "Scheduler throughput (real kube-scheduler, percentageOfNodesToScore 100, client QPS/burst 5000)",
+        "Scheduler throughput (real kube-scheduler, percentageOfNodesToScore 100 or adaptive, client QPS/burst 5000)",
         scheduler.COLUMNS,
         lambda: scheduler.run(
             [(500, 500), (1000, 500)] if args.quick else [(1000, 2000), (5000, 1000)],

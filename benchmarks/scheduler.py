@@ -11,9 +11,9 @@ each size and variant, in one run on one machine:
 2. start the variant's extender (if any) and wait until it is ready (ours:
    synced with the cluster, so it has listed those pods too);
 3. watch the namespace (in a thread of its own), start a kube-scheduler with
-   one profile, ``percentageOfNodesToScore: 100`` and client QPS/burst 5000
-   (so neither the share of nodes examined nor the apiserver client limits
-   any variant), and note when the watch shows each pod bound;
+   one profile, ``percentageOfNodesToScore: 100`` (the "adaptive" variants:
+   the scheduler's default) and client QPS/burst 5000 (so the apiserver
+   client limits no variant), and note when the watch shows each pod bound;
 4. ``pods/s`` = (pods - 1) / (last bind - first bind): the scheduler working
    through a full queue. ``pods/s from start`` also counts the scheduler's
    start (informer sync, a few seconds) and matches "first pod created to
