@@ -62,7 +62,7 @@ def test_a_pod_whose_window_holds_no_room_is_bound_from_the_next_windows(cell: C
     plain = scheduler(cell, extender.url, f"plain-{cell.slug}", marker=False)
     marked = scheduler(cell, extender.url, f"window-{cell.slug}", marker=True)
     # Added after the schedulers listed the nodes: last in their lists (a node joins the end of
-    # its zone's list, backend/cache/node_tree.go), so no first window holds it.
+    # its zone's list, backend/cache/node_tree.go:51-67), so no first window holds it.
     known = metric_value(extender, "hugepage_extender_cached_nodes")
     roomy = cell.node("roomy", hugepages="2Gi")
     wait_until(
