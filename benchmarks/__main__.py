@@ -26,6 +26,7 @@ from benchmarks import (
     node_reports,
     scale,
     scheduler,
+    scheduler_window,
 )
 from benchmarks.stats import table
 
@@ -131,13 +132,25 @@ def main() -> int:
     )
     section(
         "scheduler",
-        "Scheduler throughput (real kube-scheduler, percentageOfNodesToScore 100, client QPS/burst 5000)",
+        "Scheduler throughput (real kube-scheduler, percentageOfNodesToScore 100 or adaptive, client QPS/burst 5000)",
         scheduler.COLUMNS,
         lambda: scheduler.run(
             [(500, 500), (1000, 500)] if args.quick else [(1000, 2000), (5000, 1000)],
             workdir=args.scheduler_workdir,
             log=lambda line: print(line, file=sys.stderr),
         ),
+    )
+    section(
+        "scheduler_window",
+        "Time to bind when few pools have room (real kube-scheduler, 100% against adaptive, window retries)",
+        scheduler_window.COLUMNS,
+        lambda: scheduler_window.run(
+            nodes=1000 if args.quick else 5000,
+            pods=3 if args.quick else 10,
+            workdir=args.scheduler_workdir,
+            log=lambda line: print(line, file=sys.stderr),
+        ),
+        part="scheduler",
     )
     section(
         "hold",

@@ -162,6 +162,12 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.window_retries = Counter(
+            "hugepage_extender_window_retries",
+            "Filter calls answered with an Error because every node the scheduler sent was turned away while"
+            " nodes it did not send would hold the pod: the scheduler retries with its next nodes.",
+            registry=r,
+        )
         self.connections_cut = Counter(
             "hugepage_extender_connections_cut",
             "Connections closed to keep the memory budget: past maxConnections (connection_cap), a body or an"

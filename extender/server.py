@@ -62,6 +62,11 @@ from extender.wire import (
 log = logging.getLogger("extender.server")
 
 JSON = "application/json"
+# The Error of a window retry: the scheduler's FailedScheduling event and its log carry it.
+WINDOW_RETRY_MESSAGE = (
+    "hugepage-extender: no node sent fits the pod's hugepages, nodes not sent would: the scheduler retries"
+    " with its next nodes (percentageOfNodesToScore below 100)"
+)
 CLIENT_GONE = 499  # counted, never sent: the client left before its body arrived (nginx's code)
 BODY_TIMEOUT_SECONDS = 10.0  # the scheduler sends a whole request within its httpTimeout (5 s)
 # Above Go's http.Transport IdleConnTimeout (90 s), so the scheduler, not the server, closes
@@ -272,6 +277,11 @@ class Extender:
         pod = args.pod
         result = self.verbs.filter_pod(pod, args.node_names)
         self._observe(pod, result, len(args.node_names))
+        if result.window_retry:
+            self._window_retry(pod, result, len(args.node_names))
+            # Nodes the scheduler did not send would hold the pod: an Error sends it to the backoff
+            # queue and its next attempt to the next window (extender/window.py).
+            return _answer(render_filter_error(WINDOW_RETRY_MESSAGE))
         return _answer(render_filter(args, result.decision))
 
     async def prioritize(self, request: web.Request) -> web.StreamResponse:
@@ -390,6 +400,21 @@ class Extender:
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    def _window_retry(self, pod: Pod, result: FilterResult, candidates: int) -> None:
+        """A window retry's metric and log line (the line's repeats are counted: logs.RepeatLimiter)."""
+        decision = result.decision
+        self.metrics.window_retries.inc()
+        log.info(
+            "no candidate fits pod %s/%s, nodes not sent would: answering an error so the scheduler"
+            " tries its next nodes (retry %d in a row): candidates=%d insufficient=%d exceeds_pool=%d",
+            quote(pod.metadata.namespace),
+            quote(pod.metadata.name),
+            result.window_retry,
+            candidates,
+            decision.insufficient,
+            decision.exceeds_pool,
+        )
+
     def _observe(self, pod: Pod, result: FilterResult, candidates: int) -> None:
         """A filter call's metrics, waiting pods, log line and Event."""
         decision, demand, policy = result.decision, result.demand, result.policy
@@ -417,8 +442,8 @@ class Extender:
         rejected = decision.insufficient + decision.exceeds_pool
         if outcome is Outcome.SHADOW and decision.examined and rejected >= decision.examined:
             m.child(m.shadow_rejected_pods, pod.metadata.namespace).inc()
-        if decision.passed or outcome is Outcome.SHADOW:
-            return
+        if decision.passed or outcome is Outcome.SHADOW or result.window_retry:
+            return  # a window retry: its own line (_window_retry), no Event (the scheduler's carries the Error)
         log.info(
             "no node fits pod %s/%s: outcome=%s candidates=%d examined=%d insufficient=%d exceeds_pool=%d",
             quote(pod.metadata.namespace),

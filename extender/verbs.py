@@ -26,11 +26,13 @@ from dataclasses import dataclass
 
 import msgspec
 
+from extender.capacity import NodeAccount
 from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import (
     FilterDecision,
     HostScores,
+    Outcome,
     Reasons,
     filter_nodes,
     prioritize_nodes,
@@ -39,11 +41,16 @@ from extender.holds import HOLD_LIMIT
 from extender.objects import Pod
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
+from extender.window import WindowRetries, room_anywhere, through_enforce_entry
 
 RECENT_PODS = 10_000  # pods between filter and bind; far more than a scheduler has in flight
 UNVERIFIED_HOLD_SECONDS = 5.0  # how long a hold may wait for the watch to show its pod
 REFUSED_UIDS = 10_000  # UIDs whose pod never showed up: they hold nothing again
 MAX_UNVERIFIED_HOLDS = 64  # holds of pods the watch has not shown yet; a real scheduler is rarely ahead by one
+
+
+# Outcomes of a decision that examined every candidate and admitted none.
+_EVERY_CANDIDATE_REJECTED = (Outcome.NO_HUGEPAGE_CAPACITY, Outcome.NO_COMPATIBLE_NODE)
 
 
 class _Filtered(msgspec.Struct, frozen=True, gc=False):
@@ -66,6 +73,7 @@ class FilterResult:
     held: bool = False
     refused: int = 0  # holds refused or dropped as not their pod's own during this call
     shown: bool = False  # the watch shows this pod under its UID (a made-up pod gets no Event)
+    window_retry: int = 0  # answer an Error: nodes not sent would hold the pod (extender/window.py); its number
 
 
 class ExtenderVerbs:
@@ -89,13 +97,17 @@ class ExtenderVerbs:
         self._unverified_uids: dict[str, None] = {}
         self._refused: OrderedDict[str, None] = OrderedDict()
         self.refused_holds = 0  # for metrics and tests: holds refused or dropped as not the pod's own
+        self.window_retries = WindowRetries()
 
     def filter_pod(self, pod: Pod, candidates: Sequence[str]) -> FilterResult:
         """``filter`` for a pod as the scheduler sends it: its namespace's policy looked up once."""
         meta = pod.metadata
         policy = self.config.policy_for(meta.namespace)
         demand = self.state.demand_for(pod, policy)
-        return self.filter(meta.uid, meta.namespace, demand, candidates, name=meta.name, policy=policy)
+        enforce_entry = through_enforce_entry(pod)
+        return self.filter(
+            meta.uid, meta.namespace, demand, candidates, name=meta.name, policy=policy, enforce_entry=enforce_entry
+        )
 
     def filter(
         self,
@@ -106,16 +118,21 @@ class ExtenderVerbs:
         *,
         name: str = "",
         policy: Policy | None = None,
+        enforce_entry: bool = False,
     ) -> FilterResult:
-        """Decide, then hold an enforced pod's need on the few nodes admitted until it is seen bound."""
+        """Decide, then hold an enforced pod's need on the few nodes admitted until it is seen bound.
+
+        ``enforce_entry``: the call came through the scheduler's enforce entry (not ignorable), so
+        an Error answer makes the scheduler try its next window (``window_retry``)."""
         if policy is None:
             policy = self.config.policy_for(namespace)
         owner = f"{namespace}/{name}"
         refused_before = self.refused_holds
 
-        def result(decision: FilterDecision, held: bool = False) -> FilterResult:
+        def result(decision: FilterDecision, held: bool = False, window_retry: int = 0) -> FilterResult:
             shown = self.state.owner_of(uid) == owner
-            return FilterResult(decision, demand, policy, held, self.refused_holds - refused_before, shown)
+            refused = self.refused_holds - refused_before
+            return FilterResult(decision, demand, policy, held, refused, shown, window_retry)
 
         self.expire()
         own = self._owns(uid, owner)
@@ -145,6 +162,13 @@ class ExtenderVerbs:
             # Brought up to date only when a decision reads them. They hold the defaults' view.
             columns=None if differs else self.state.columns,
         )
+        window_retry = 0
+        if own and uid and decision.passed:
+            self.window_retries.placed(uid)
+        elif own and uid and enforce_entry and policy.mode is Mode.ENFORCE:
+            window_retry = self._window_retry(uid, demand, policy, decision, candidates, accounts, differs=differs)
+        if window_retry:
+            return result(decision, window_retry=window_retry)  # no hold: no node was admitted
         if not own or not uid:
             self.refused_holds += bool(uid)
             return result(decision)
@@ -223,6 +247,30 @@ class ExtenderVerbs:
         self.state.expire_holds()
         self.state.expire_reports()
         self._drop_unverified()
+
+    def _window_retry(  # noqa: PLR0917 (the decision and what it was made from)
+        self,
+        uid: str,
+        demand: PodDemand,
+        policy: Policy,
+        decision: FilterDecision,
+        candidates: Sequence[str],
+        accounts: Mapping[str, NodeAccount],
+        *,
+        differs: bool,
+    ) -> int:
+        """The number of this window retry for a pod the enforce entry sent, 0 for none."""
+        if decision.outcome not in _EVERY_CANDIDATE_REJECTED:
+            return 0
+        numa = policy.numa_aligned and demand.guaranteed
+        columns = None if differs else self.state.columns
+        return self.window_retries.retry(
+            uid,
+            candidates=len(candidates),
+            nodes=len(self.state.accounts),
+            now=self.state.now(),
+            room=lambda: room_anywhere(demand.hugepage_bytes, accounts, numa=numa, columns=columns),
+        )
 
     # -- who may hold --------------------------------------------------------------
 

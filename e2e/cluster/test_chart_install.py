@@ -219,7 +219,7 @@ def test_rendered_scheduler_config_runs_in_the_real_scheduler_and_calls_the_exte
     ]
     (sidecar,) = deployment["spec"]["template"]["spec"]["initContainers"]
     assert "--enable-bind" in sidecar["args"]
-    assert scheduler_config["profiles"][0]["percentageOfNodesToScore"] == 100
+    assert scheduler_config["profiles"][0]["percentageOfNodesToScore"] == 0
     scheduler = start_scheduler(scheduler_config, name=unique("chart-scheduler"))
     assert "hugepage-scheduler" in scheduler.profiles
 

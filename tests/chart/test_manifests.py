@@ -76,6 +76,6 @@ def test_scheduler_examples_are_scheduler_configurations() -> None:
             "hugepage-extender.io/shadow",
         ]
     own = yaml.safe_load((ROOT / "manifests" / GENERATED[2]).read_text())
-    assert own["percentageOfNodesToScore"] == 100
+    assert own["percentageOfNodesToScore"] == 0
     assert own["clientConnection"]["kubeconfig"] == "/etc/kubernetes/scheduler.conf"
     assert own["extenders"][0]["urlPrefix"] == "http://127.0.0.1:8888"  # the DaemonSet on its node

@@ -434,14 +434,14 @@ def test_scheduler_config_is_wired_for_the_extender(renders: dict[str, Rendered]
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert config["kind"] == "KubeSchedulerConfiguration"
     if is_own(scenario):
-        assert config["percentageOfNodesToScore"] == 100
+        assert config["percentageOfNodesToScore"] == 0  # adaptive: docs/performance.md
         assert "profiles" not in config
     else:
         (profile,) = config["profiles"]
         assert profile["schedulerName"] == values_of(scenario).get("scheduler", {}).get(
             "schedulerName", "hugepage-scheduler"
         )
-        assert profile["percentageOfNodesToScore"] == 100
+        assert profile["percentageOfNodesToScore"] == 0
     extender = the_extender(config)
     assert extender["nodeCacheCapable"] is True
     assert extender["filterVerb"] == "filter"
@@ -834,8 +834,8 @@ def test_notes_tell_the_next_step_own_behind_a_service(helm: Helm, notes_chart: 
 
 
 def test_percentage_of_nodes_to_score_is_a_value(helm: Helm) -> None:
-    own = helm.template(set_values={"scheduler.mode": "own", "scheduler.percentageOfNodesToScore": "0"})
-    assert scheduler_config(own)["percentageOfNodesToScore"] == 0
+    own = helm.template(set_values={"scheduler.mode": "own", "scheduler.percentageOfNodesToScore": "100"})
+    assert scheduler_config(own)["percentageOfNodesToScore"] == 100
     secondary = helm.template(set_values={"scheduler.percentageOfNodesToScore": "50"})
     assert scheduler_config(secondary)["profiles"][0]["percentageOfNodesToScore"] == 50
     with pytest.raises(HelmError):

@@ -433,16 +433,19 @@ leaderElection:
   {{- end }}
 {{- end }}
 {{- if $own }}
-# The extender only sees the nodes the in-tree filters let through, and a
-# scheduler stops filtering once it has enough feasible nodes; 100 makes it
-# look at every node, so a pod is never failed while a fitting node exists.
+# The scheduler stops filtering once it has enough feasible nodes (0: its adaptive
+# share); the extender sees that window, and when it turns all of it away while
+# other nodes would hold the pod it answers an error, so the scheduler tries its
+# next nodes (docs/design.md, "The scheduler's window"). 100: every node, slower.
 percentageOfNodesToScore: {{ int .Values.scheduler.percentageOfNodesToScore }}
 {{- else }}
 profiles:
   - schedulerName: {{ .Values.scheduler.schedulerName }}
-    # The extender only sees the nodes the in-tree filters let through, and a
-    # scheduler stops filtering once it has enough feasible nodes; 100 makes
-    # it look at every node, so a pod is never failed while a fitting node exists.
+    # The scheduler stops filtering once it has enough feasible nodes (0: its
+    # adaptive share); the extender sees that window, and when it turns all of it
+    # away while other nodes would hold the pod it answers an error, so the
+    # scheduler tries its next nodes (docs/design.md, "The scheduler's window").
+    # 100: every node, slower.
     percentageOfNodesToScore: {{ int .Values.scheduler.percentageOfNodesToScore }}
     {{- with .Values.scheduler.plugins }}
     plugins:

@@ -1,0 +1,126 @@
+"""The scheduler's window: when to answer an Error instead of turning every candidate away.
+
+kube-scheduler with an adaptive (or low) ``percentageOfNodesToScore`` stops filtering once it has
+found enough feasible nodes (``numFeasibleNodesToFind``), so the extender sees a window of the
+cluster, and the next attempt starts after it (``nextStartNodeIndex``). An answer that turns every
+candidate away leaves the pod waiting for a cluster event or the 5-minute flush, even when nodes
+the scheduler did not send would hold it; an Error answer sends it to the backoff queue (1 s, then
+doubling to 10 s) and its next attempt to the next window (docs/design.md, "The scheduler's window",
+with the source lines). An Error is safe only where the scheduler's extender entry is not
+ignorable (an ignorable one would place the pod unchecked): the enforce entry, which the chart's
+admission policy selects with ``ENFORCE_MARKER``.
+
+A window retry is answered only when all of these hold; otherwise the answer is the rejection:
+
+- the scheduler may have stopped short: it sent at least ``min(MIN_FEASIBLE_NODES, nodes)``
+  candidates (``numFeasibleNodesToFind`` is never below 100, so fewer means it filtered every
+  node) and fewer than every node the extender knows;
+- some node would hold the pod (a pod no node can hold is turned away: no error loop);
+- this pod has had fewer window retries in a row than windows cover the nodes
+  (``ceil(nodes / candidates)``): a node with room that the in-tree filters exclude (a node
+  selector, a taint) is never sent, and its room must not keep the pod erring. After the last
+  retry the pod is turned away for ``REST_SECONDS``; then a new run may start.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+
+from extender.capacity import NodeAccount, headroom_bytes, numa_headroom_bytes
+from extender.columns import NodeColumns
+from extender.objects import Pod
+
+# The marker extended resource of the enforce entry (decision 0005; the chart's
+# "hugepage-extender.marker.enforce"): a pod carrying it was sent through the entry that is not
+# ignorable.
+ENFORCE_MARKER = "hugepage-extender.io/enforce"
+MIN_FEASIBLE_NODES = 100  # minFeasibleNodesToFind, pkg/scheduler/schedule_one.go:57
+REMEMBERED_PODS = 10_000  # pods with a run of retries; far more than wait at once
+# After a run's last retry, the pod is turned away for this long (kube-scheduler's flush of
+# unschedulable pods, backend/queue/scheduling_queue.go:65): events that requeue it meanwhile
+# start no new run, so a pod whose room lies only on nodes the in-tree filters exclude costs
+# at most one run of retries per flush.
+REST_SECONDS = 300.0
+_NOT_OVER = -1.0
+
+
+def through_enforce_entry(pod: Pod) -> bool:
+    """Whether the pod carries the enforce entry's marker (requests or limits of any container)."""
+    spec = pod.spec
+    for container in (*spec.containers, *(spec.init_containers or ())):
+        resources = container.resources
+        if resources is not None and any(
+            ENFORCE_MARKER in (quantities or {}) for quantities in (resources.requests, resources.limits)
+        ):
+            return True
+    return False
+
+
+def may_be_a_window(candidates: int, nodes: int) -> bool:
+    """Whether kube-scheduler may have stopped filtering before its last node (``nodes``: the
+    nodes this extender knows). It stops at ``numFeasibleNodesToFind`` feasible nodes, never fewer
+    than ``MIN_FEASIBLE_NODES`` nor than every node (``schedule_one.go:866-891``)."""
+    return min(MIN_FEASIBLE_NODES, nodes) <= candidates < nodes
+
+
+def windows_to_cover(candidates: int, nodes: int) -> int:
+    """Attempts whose windows (each at least ``candidates`` nodes) cover ``nodes`` once."""
+    return -(-nodes // max(candidates, 1))
+
+
+def room_anywhere(
+    need: int, accounts: Mapping[str, NodeAccount], *, numa: bool, columns: NodeColumns | None = None
+) -> bool:
+    """Whether any node holds ``need`` bytes now. With ``columns`` (the same accounts), one numpy
+    comparison over the headroom column (slot 0, the unknown node, left out; free slots hold 0);
+    otherwise one pass over the accounts (a namespace's own view, a pod pinned to one NUMA node)."""
+    if columns is not None and not numa:
+        return bool((columns.column("headroom")[1:] >= need).any())
+    for account in accounts.values():
+        room = headroom_bytes(account)
+        if numa:
+            room = min(room, numa_headroom_bytes(account))
+        if room >= need:
+            return True
+    return False
+
+
+class WindowRetries:
+    """Per pod (UID), the window retries answered in a row: at most ``REMEMBERED_PODS`` pods, the
+    oldest forgotten first (a forgotten pod starts a new run, still bounded)."""
+
+    def __init__(self, remembered: int = REMEMBERED_PODS, rest_seconds: float = REST_SECONDS) -> None:
+        self._runs: OrderedDict[str, tuple[int, float]] = OrderedDict()  # uid -> (retries, run over at)
+        self._remembered = remembered
+        self._rest_seconds = rest_seconds
+
+    def retry(self, uid: str, *, candidates: int, nodes: int, now: float, room: Callable[[], bool]) -> int:
+        """For a pod whose every candidate was turned away: the number of this retry (1, 2, ...),
+        or 0 to turn it away. ``room`` (whether any node would hold it) is asked last, and only when
+        the rest allows a retry: it may cost a pass over the nodes."""
+        done, over_at = self._runs.pop(uid, (0, _NOT_OVER))
+        if over_at != _NOT_OVER and now - over_at < self._rest_seconds:
+            self._remember(uid, done, over_at)  # resting: turned away until the rest is over
+            return 0
+        if over_at != _NOT_OVER:
+            done = 0  # rested: a new run
+        if not may_be_a_window(candidates, nodes) or not room():
+            return 0
+        if done >= windows_to_cover(candidates, nodes):
+            self._remember(uid, done, now)  # the run is over: rest
+            return 0
+        self._remember(uid, done + 1, _NOT_OVER)
+        return done + 1
+
+    def placed(self, uid: str) -> None:
+        """The pod was admitted somewhere: its run is over."""
+        self._runs.pop(uid, None)
+
+    def _remember(self, uid: str, done: int, over_at: float) -> None:
+        self._runs[uid] = (done, over_at)
+        if len(self._runs) > self._remembered:
+            self._runs.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._runs)
