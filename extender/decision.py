@@ -478,3 +478,137 @@ def prioritize_nodes(
         return HostScores(candidates, priorities(demand, columns.slots(candidates), columns, policy))
     scores = (priority(node_load(_account(accounts, name), demand, policy)) for name in candidates)
     return HostScores(candidates, np.fromiter(scores, np.int64, len(candidates)))
+
+
+# --------------------------------------------------------------------------- every page size the pod needs
+
+
+@dataclass(frozen=True, slots=True)
+class SizeView:
+    """One page size's accounts as a decision reads them, and the pod's need of that size (bytes)."""
+
+    need: int
+    accounts: Accounts
+    reasons: Reasons
+    headroom: Mapping[str, int] | None = None
+    columns: NodeColumns | None = None
+
+
+def filter_sizes(
+    demand: PodDemand,
+    candidates: Sequence[str],
+    *,
+    views: Sequence[SizeView],
+    policy: Policy,
+    rng: random.Random,
+) -> FilterDecision:
+    """``filter_nodes`` over every size the pod needs (``views``, one per size, usually one):
+    a node is admitted only if each of those pools can hold the pod.
+
+    One size is ``filter_nodes`` itself, its fast paths included, so a pod asking one size
+    costs what it did before there were others. Several are judged node by node: a node's
+    verdict is its first unresolvable size's (no pod leaving makes room for that one, so
+    the scheduler need not retry it), else its first size without room."""
+    if len(views) == 1:
+        view = views[0]
+        return filter_nodes(
+            PodDemand(view.need, demand.cpu_millis, demand.guaranteed),
+            candidates,
+            accounts=view.accounts,
+            policy=policy,
+            reasons=view.reasons,
+            rng=rng,
+            headroom=view.headroom,
+            columns=view.columns,
+        )
+    if policy.mode is Mode.OFF or not views:
+        return FilterDecision(passed=candidates)
+    numa = policy.numa_aligned and demand.guaranteed
+    rooms = [(view.need, _room_of(view.accounts, view.headroom, numa=numa)) for view in views]
+
+    def admits(name: str) -> bool:
+        return all(need <= room_of(name, UNBOUNDED) for need, room_of in rooms)
+
+    if policy.examines_every_candidate:
+        kept = [name for name in candidates if admits(name)]
+        admitted = set(kept)
+        sample = Sample(kept, [n for n in candidates if n not in admitted], exhausted=True, widened=False)
+    else:
+        sample = best_of_k(candidates, policy.sample_size, policy.widening, admits, rng)
+    verdicts = {name: size_verdict(views, name, numa=numa) for name in sample.rejected}
+    if policy.mode is Mode.SHADOW:
+        exceeds = sum(1 for verdict, _ in verdicts.values() if verdict.unresolvable)
+        return FilterDecision(
+            passed=candidates,
+            outcome=Outcome.SHADOW,
+            insufficient=len(sample.rejected) - exceeds,
+            exceeds_pool=exceeds,
+            examined=len(candidates),
+        )
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for name, (verdict, view) in verdicts.items():
+        (unresolvable if verdict.unresolvable else failed)[name] = view.reasons.of(verdict)
+    insufficient, exceeds_pool = len(failed), len(unresolvable)
+    if sample.kept:
+        outcome = Outcome.FIT
+    elif not sample.exhausted:
+        outcome = Outcome.NO_FIT_IN_SAMPLE
+        failed.update((n, views[0].reasons.not_sampled) for n in candidates if n not in verdicts)
+    elif insufficient:
+        outcome = Outcome.NO_HUGEPAGE_CAPACITY
+    else:
+        outcome = Outcome.NO_COMPATIBLE_NODE
+    return FilterDecision(
+        passed=sample.kept,
+        failed=failed,
+        unresolvable=unresolvable,
+        outcome=outcome,
+        insufficient=insufficient,
+        exceeds_pool=exceeds_pool,
+        examined=len(sample.kept) + len(sample.rejected),
+        widened=sample.widened,
+    )
+
+
+def size_verdict(views: Sequence[SizeView], name: str, *, numa: bool) -> tuple[Fit, SizeView]:
+    """A node's verdict over every size the pod needs, and the size it comes from: the first
+    size no pod leaving could make room in, else the first without room now, else the first
+    (every size admits)."""
+    verdicts = [(fits(_account(view.accounts, name), view.need, numa_aligned=numa), view) for view in views]
+    for verdict, view in verdicts:
+        if verdict.unresolvable:
+            return verdict, view
+    for verdict, view in verdicts:
+        if not verdict.admits:
+            return verdict, view
+    return verdicts[0]
+
+
+def size_load(views: Sequence[SizeView], name: str, demand: PodDemand, policy: Policy) -> float:
+    """A node's load for a pod of several sizes: the tightest pool it needs. Each pool's load is a
+    fraction of that pool (bytes over bytes), so sizes compare directly; the max keeps
+    ``load <= 1`` (alpha = 0) exactly when every pool fits, as for one size."""
+    return max(
+        node_load(_account(view.accounts, name), PodDemand(view.need, demand.cpu_millis), policy) for view in views
+    )
+
+
+def prioritize_sizes(
+    demand: PodDemand, candidates: Sequence[str], *, views: Sequence[SizeView], policy: Policy
+) -> HostScores:
+    """``prioritize_nodes`` over every size the pod needs: one size is ``prioritize_nodes``; several
+    score each node by its tightest pool (``size_load``)."""
+    if len(views) == 1:
+        view = views[0]
+        return prioritize_nodes(
+            PodDemand(view.need, demand.cpu_millis, demand.guaranteed),
+            candidates,
+            accounts=view.accounts,
+            policy=policy,
+            columns=view.columns,
+        )
+    if policy.mode is not Mode.ENFORCE or not views:
+        return HostScores.neutral(candidates)
+    scores = (priority(size_load(views, name, demand, policy)) for name in candidates)
+    return HostScores(candidates, np.fromiter(scores, np.int64, len(candidates)))

@@ -32,8 +32,11 @@ from extender.decision import (
     FilterDecision,
     HostScores,
     Reasons,
+    SizeView,
     filter_nodes,
+    filter_sizes,
     prioritize_nodes,
+    prioritize_sizes,
 )
 from extender.holds import HOLD_LIMIT
 from extender.objects import Pod
@@ -81,6 +84,7 @@ class ExtenderVerbs:
         self.config = config
         self.state = state
         self.reasons = Reasons.for_resource(config.resource_name)
+        self.size_reasons = tuple(Reasons.for_resource(name) for name in config.resource_names)
         self.hold_in_flight = hold_in_flight  # False only to measure what the holds are worth
         self.verify_holds = verify_holds  # a live cluster: holds need their pod shown by the watch
         self.rng = rng or random.Random()  # best-of-K draws; seedable for tests and the replay
@@ -123,28 +127,21 @@ class ExtenderVerbs:
             # A new attempt for this pod: its previous attempt's hold is over, and must not
             # count against the pod itself.
             self.state.release(uid)
-        # The namespace's view: its own nodeReportMaxAgeSeconds may judge records differently.
-        accounts, view_headroom, differs = self.state.view_for(policy)
-        headroom: Mapping[str, int] | None = view_headroom
-        if self._unverified_uids and self.state.owner_of(uid) == owner:
-            # A pod the watch shows: holds of pods it has not shown (yet) are not in its way.
-            unshown = [
-                u for u in self._unverified_uids if self.state.owner_of(u) is None and not self.state.is_bound(u)
-            ]
-            without = self.state.accounts_without_holds(unshown, accounts)
-            if without is not accounts:
-                accounts, headroom, differs = without, None, True
-        decision = filter_nodes(
-            demand,
-            candidates,
-            accounts=accounts,
-            policy=policy,
-            reasons=self.reasons,
-            rng=self.rng,
-            headroom=headroom,
-            # Brought up to date only when a decision reads them. They hold the defaults' view.
-            columns=None if differs else self.state.columns,
-        )
+        if self.config.more_resource_names:
+            views = [self._size_view(index, demand, uid, owner, policy) for index in demand.sizes_needed or (0,)]
+            decision = filter_sizes(demand, candidates, views=views, policy=policy, rng=self.rng)
+        else:
+            view = self._size_view(0, demand, uid, owner, policy)
+            decision = filter_nodes(
+                demand,
+                candidates,
+                accounts=view.accounts,
+                policy=policy,
+                reasons=self.reasons,
+                rng=self.rng,
+                headroom=view.headroom,
+                columns=view.columns,
+            )
         if not own or not uid:
             self.refused_holds += bool(uid)
             return result(decision)
@@ -165,6 +162,24 @@ class ExtenderVerbs:
             held = self.state.hold(uid, decision.nodes_to_hold, demand, policy.hold_timeout_seconds)
         return result(decision, held)
 
+    def _size_view(self, index: int, demand: PodDemand, uid: str, owner: str, policy: Policy) -> SizeView:
+        """What the filter reads of one size's accounts for this pod."""
+        state = self.state.sizes[index]
+        # The namespace's view: its own nodeReportMaxAgeSeconds may judge records differently.
+        accounts, view_headroom, differs = state.view_for(policy)
+        headroom: Mapping[str, int] | None = view_headroom
+        if self._unverified_uids and self.state.owner_of(uid) == owner:
+            # A pod the watch shows: holds of pods it has not shown (yet) are not in its way.
+            unshown = [
+                u for u in self._unverified_uids if self.state.owner_of(u) is None and not self.state.is_bound(u)
+            ]
+            without = state.accounts_without_holds(unshown, accounts)
+            if without is not accounts:
+                accounts, headroom, differs = without, None, True
+        # The columns are brought up to date only when a decision reads them. They hold the defaults' view.
+        need = demand.of_size(index).hugepage_bytes
+        return SizeView(need, accounts, self.size_reasons[index], headroom, None if differs else state.columns)
+
     def prioritize_pod(self, pod: Pod, candidates: Sequence[str]) -> HostScores:
         """``prioritize`` for a pod as the scheduler sends it: its namespace's policy looked up once."""
         policy = self.config.policy_for(pod.metadata.namespace)
@@ -183,11 +198,19 @@ class ExtenderVerbs:
         """Scores as if the pod's own hold were not there: it is the pod being placed."""
         if policy is None:
             policy = self.config.policy_for(namespace)
-        view, _, _ = self.state.view_for(policy)
-        accounts = self.state.accounts_without(uid, view)
-        # The columns hold no overlay (they are brought up to date only when read).
-        columns = self.state.columns if accounts is self.state.accounts else None
-        return prioritize_nodes(demand, candidates, accounts=accounts, policy=policy, columns=columns)
+        views = []
+        for index in demand.sizes_needed or (0,):
+            state = self.state.sizes[index]
+            view, _, _ = state.view_for(policy)
+            accounts = state.accounts_without(uid, view)
+            # The columns hold no overlay (they are brought up to date only when read).
+            columns = state.columns if accounts is state.accounts else None
+            need = demand.of_size(index).hugepage_bytes
+            views.append(SizeView(need, accounts, self.size_reasons[index], columns=columns))
+        if not self.config.more_resource_names:
+            size = views[0]
+            return prioritize_nodes(demand, candidates, accounts=size.accounts, policy=policy, columns=size.columns)
+        return prioritize_sizes(demand, candidates, views=views, policy=policy)
 
     def bind_refusal(self, uid: str, namespace: str, name: str, node: str) -> str | None:
         """Why this extender will not bind the pod to the node; None when it will.

@@ -121,13 +121,16 @@ def test_schema_policy_keys_types_and_bounds_are_the_extenders() -> None:
             kind = field_type(f.name)
             if kind in _JSON_TYPES:
                 assert entry["type"] == _JSON_TYPES[kind], f.name
+            elif kind is str:
+                assert entry["type"] == "string", f.name
             else:
                 members = [member.value for member in cast("type[StrEnum]", kind)]
                 assert (entry["type"], entry["enum"]) == ("string", members), f.name
-            bounds = {bound: entry[bound] for bound in ("minimum", "exclusiveMinimum") if bound in entry}
+            bounds = {bound: entry[bound] for bound in ("minimum", "exclusiveMinimum", "pattern") if bound in entry}
             assert bounds == dict(f.metadata), f.name
     assert set(config) == {
         "resourceName",
+        "resourceNames",
         "maxRequestBytes",
         "maxBufferedBytes",
         "maxConnections",
