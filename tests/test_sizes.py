@@ -14,8 +14,13 @@ from extender.capacity import Fit
 from extender.cluster import ClusterState
 from extender.config import ConfigError, build_config
 from extender.decision import Outcome, Reasons
+from extender.diagnostics import parse_state_report
+from extender.explain import explain_pod, render_table
+from extender.kube.events import event_for
+from extender.metrics import Metrics
 from extender.objects import Node, Pod
 from extender.policy import Mode
+from extender.server import Extender, create_app
 from extender.verbs import ExtenderVerbs
 from tests.conftest import Clock
 
@@ -243,3 +248,62 @@ def test_shadow_counts_a_two_size_pods_rejections() -> None:
     assert decision.outcome is Outcome.SHADOW
     assert len(decision.passed) == 4
     assert (decision.insufficient, decision.exceeds_pool) == (0, 3)
+
+
+# -- explain, /debug/state, events and metrics per size ----------------------------------------
+
+
+@pytest.mark.parametrize("asks", [{"small": "64Mi"}, {"large": "2Gi"}, {"small": "64Mi", "large": "2Gi"}])
+def test_explain_gives_the_filters_verdict_per_node_over_every_size(asks: dict[str, str]) -> None:
+    state, verbs = two_sizes({**TWO, "defaults": {"mode": "enforce", "sampleSize": 0}})
+    state.apply_pod(pod("busy", large="3Gi", node_name="both"))  # "both": 1 of 4 GiB pages left
+    names = [n.metadata.name for n in NODES]
+    asked = pod("p", **asks)
+    explanation = explain_pod(state, asked, names)
+    tables = (explanation, *explanation.more)
+    assert [t.resource_name for t in tables] == [
+        r for r, k in (("hugepages-2Mi", "small"), ("hugepages-1Gi", "large")) if k in asks
+    ]
+    for name in names:
+        said = verbs.filter_pod(asked, [name]).decision
+        if explanation.more:
+            verdict = Fit(explanation.verdicts[name]["verdict"])
+            resource = explanation.verdicts[name]["resourceName"]
+        else:
+            (row,) = [r for r in explanation.nodes if r.node == name]
+            verdict, resource = Fit(row.verdict), explanation.resource_name
+        if verdict.admits:
+            assert list(said.passed) == [name]
+        else:
+            reason = {**said.failed, **said.unresolvable}[name]
+            assert reason == Reasons.for_resource(resource).of(verdict), name
+    text = render_table(explanation)
+    for table in tables:
+        assert f"of {table.resource_name}" in text
+
+
+async def test_debug_state_and_the_pool_metrics_name_every_size(aiohttp_client: Any) -> None:
+    built = build_config(TWO, {})
+    state = ClusterState(built)
+    state.replace(NODES, [pod("busy", large="3Gi", node_name="both")])
+    extender = Extender(built, state, Metrics(), rng=random.Random(1))
+    client = await aiohttp_client(create_app(extender))
+    answer = await client.post(
+        "/filter", json={"Pod": msgspec.to_builtins(pod("p", small="4Mi", large="1Gi")), "NodeNames": ["both"]}
+    )
+    assert (await answer.json())["NodeNames"] == ["both"]
+    read = parse_state_report(await (await client.get("/debug/state")).read())
+    assert read.resource_names == ("hugepages-2Mi", "hugepages-1Gi")
+    assert read.holds_by_size["hugepages-2Mi"]["both"].hugepage_bytes == 4 * MIB
+    assert read.holds_by_size["hugepages-1Gi"]["both"].hugepage_bytes == GIB
+    metrics = (await (await client.get("/metrics")).read()).decode()
+    assert 'hugepage_extender_pool_capacity_bytes{resource="hugepages-1Gi"} 8.589934592e+09' in metrics
+    assert 'hugepage_extender_pool_held_bytes{holder="pods",resource="hugepages-1Gi"} 3.221225472e+09' in metrics
+    assert 'hugepage_extender_pool_capacity_bytes{resource="hugepages-2Mi"} 2.147483648e+09' in metrics
+
+
+def test_an_event_names_each_size_the_pod_needs() -> None:
+    _, message = event_for(Outcome.NO_HUGEPAGE_CAPACITY, "hugepages-2Mi", 64 * MIB, [("hugepages-1Gi", 2 * GIB)])
+    assert "No node has 64Mi of hugepages-2Mi and 2Gi of hugepages-1Gi free right now" in message
+    _, message = event_for(Outcome.NO_COMPATIBLE_NODE, "hugepages-1Gi", 8 * GIB)
+    assert "this pod's 8Gi of hugepages-1Gi: every node has no hugepages-1Gi pool" in message
