@@ -89,6 +89,22 @@ def test_per_namespace_flags_take_effect(
         assert getattr(policy, field) == value
 
 
+def test_resource_names_and_the_memory_size_reach_the_extender(helm: Helm) -> None:
+    config = rendered_config(
+        helm.template(
+            extra=[
+                "--set-json",
+                'config.resourceNames=["hugepages-2Mi","hugepages-1Gi"]',
+                "--set",
+                "config.namespaces.vms.needFromMemoryResource=hugepages-1Gi",
+            ]
+        )
+    )
+    assert config.resource_names == ("hugepages-2Mi", "hugepages-1Gi")
+    assert config.memory_index(config.policy_for("vms")) == 1
+    assert config.memory_index(config.policy_for("other")) == 0
+
+
 def test_namespaces_scenario(helm: Helm) -> None:
     config = rendered_config(helm.template(values=[CHART / "ci" / "namespaces-values.yaml"]))
     assert config.resource_name == "hugepages-1Gi"
