@@ -449,13 +449,18 @@ class ClusterState:
 
         Several nodes: the pod will go to one of them, which one is not known
         yet, so its need is held on each. A pod already seen bound is counted
-        by its usage, never twice. Each further size holds its own need (none, when
-        the pod asks none of it) and the same CPU.
+        by its usage, never twice. Each further size the pod asks pages of holds them
+        there, with its CPU; a size it asks none of holds nothing, as a pod asking no
+        hugepages holds nothing (its CPU in flight is not counted in that size's scores).
         """
         if uid in self._pods or not uid or not nodes:
             return False
         for index, size in enumerate(self._more, start=1):
-            size.hold(uid, nodes, demand.of_size(index), timeout_seconds)
+            need = demand.of_size(index)
+            if need.wants_hugepages:
+                size.hold(uid, nodes, need, timeout_seconds)
+            else:
+                size.release(uid)
         now = self._clock()
         earlier = self._ledger.hold_of(uid)
         held_at = now if earlier is None else earlier.held_at

@@ -181,6 +181,9 @@ def test_a_two_size_pod_is_held_on_each_size_and_bound_pods_count_per_size() -> 
     assert (small.accounts["both"].used_pages, large.accounts["both"].used_pages) == (0, 0)
     verbs.state.release("uid-q")
     assert large.hold_count == 0
+    # A pod of the first size alone holds nothing on the 1 GiB accounts.
+    assert verbs.filter_pod(pod("r", small="4Mi"), ["both"]).held
+    assert (small.hold_count, large.hold_count) == (1, 0)
 
 
 def test_the_score_is_the_tightest_pool_the_pod_needs() -> None:
