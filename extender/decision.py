@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +33,7 @@ from extender.namelist import NameList
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.sampling import Sample, best_of_k
-from extender.scoring import node_load, priorities, priority
+from extender.scoring import loads, node_load, priorities, priorities_of, priority
 
 Accounts = Mapping[str, NodeAccount]
 VECTOR_THRESHOLD = 64  # below this many candidates the scalar loop is faster than numpy's setup
@@ -529,15 +530,23 @@ def filter_sizes(
     def admits(name: str) -> bool:
         return all(need <= room_of(name, UNBOUNDED) for need, room_of in rooms)
 
+    on_columns = not numa and _all_read(views, candidates)
     if policy.examines_every_candidate:
+        if on_columns:
+            return _decide_sizes_on_columns(candidates, views, policy.mode)
         kept = [name for name in candidates if admits(name)]
         admitted = set(kept)
         sample = Sample(kept, [n for n in candidates if n not in admitted], exhausted=True, widened=False)
     else:
-        sample = best_of_k(candidates, policy.sample_size, policy.widening, admits, rng)
+        hopeless = (lambda: not _sizes_admitted(candidates, views).any()) if on_columns else None
+        sample = best_of_k(candidates, policy.sample_size, policy.widening, admits, rng, hopeless=hopeless)
+        if sample.abandoned:  # no candidate admits the pod: widened draws reject every one
+            decision = _decide_sizes_on_columns(candidates, views, Mode.ENFORCE)
+            return dataclasses.replace(decision, widened=True)
     verdicts = {name: size_verdict(views, name, numa=numa) for name in sample.rejected}
     if policy.mode is Mode.SHADOW:
-        exceeds = sum(1 for verdict, _ in verdicts.values() if verdict.unresolvable)
+        # Counted per candidate given, as for one size.
+        exceeds = sum(1 for name in sample.rejected if verdicts[name][0].unresolvable)
         return FilterDecision(
             passed=candidates,
             outcome=Outcome.SHADOW,
@@ -568,6 +577,91 @@ def filter_sizes(
         exceeds_pool=exceeds_pool,
         examined=len(sample.kept) + len(sample.rejected),
         widened=sample.widened,
+    )
+
+
+def _all_read(views: Sequence[SizeView], candidates: Sequence[str]) -> bool:
+    return all(_reads(view.columns, candidates, view.need) for view in views)
+
+
+def _sizes_admitted(candidates: Sequence[str], views: Sequence[SizeView]) -> npt.NDArray[np.bool_]:
+    """Per candidate, whether every pool the pod needs has room: one comparison per size."""
+    admitted: npt.NDArray[np.bool_] | None = None
+    for view in views:
+        columns = cast("NodeColumns", view.columns)
+        room = view.need <= columns.column("headroom")[columns.slots(candidates)]
+        admitted = room if admitted is None else admitted & room
+    return cast("npt.NDArray[np.bool_]", admitted)
+
+
+def _decide_sizes_on_columns(candidates: Sequence[str], views: Sequence[SizeView], mode: Mode) -> FilterDecision:
+    """``filter_sizes`` for a policy that examines every candidate, over many candidates: each size's
+    verdicts from its columns (headroom: room; ceiling: unresolvable), combined as ``size_verdict``
+    combines them (the first unresolvable size, else the first without room), no Python work per node
+    but the names of the answer. Property tests hold it equal to the node-by-node path."""
+    admitted = np.ones(len(candidates), dtype=bool)
+    any_unresolvable = np.zeros(len(candidates), dtype=bool)
+    any_short = np.zeros(len(candidates), dtype=bool)
+    unresolvable_groups: list[tuple[str, npt.NDArray[np.bool_]]] = []
+    short_groups: list[tuple[str, npt.NDArray[np.bool_]]] = []
+    for view in views:
+        columns = cast("NodeColumns", view.columns)
+        slots = columns.slots(candidates)
+        room = view.need <= columns.column("headroom")[slots]
+        never = view.need > columns.column("ceiling")[slots]
+        admitted &= room
+        first_never = never & ~any_unresolvable
+        any_unresolvable |= never
+        short_groups.append((view.reasons.insufficient, ~room & ~never & ~any_short))
+        any_short |= ~room & ~never
+        if first_never.any():
+            total = columns.column("total_pages")[slots]
+            page = columns.column("page_size")[slots]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                need_pages = np.where(page > 0, -(-view.need // np.maximum(page, 1)), 0)
+            no_pool = first_never & ((total <= 0) | (page <= 0))
+            exceeds = first_never & ~no_pool & (need_pages > total)
+            unresolvable_groups += [
+                (view.reasons.no_pool, no_pool),
+                (view.reasons.exceeds_pool, exceeds),
+                (view.reasons.held_outside, first_never & ~no_pool & ~exceeds),
+            ]
+    rejected_count = len(candidates) - int(np.count_nonzero(admitted))
+    unresolvable_count = int(np.count_nonzero(any_unresolvable))
+    if mode is Mode.SHADOW:
+        return FilterDecision(
+            passed=candidates,
+            outcome=Outcome.SHADOW,
+            insufficient=rejected_count - unresolvable_count,
+            exceeds_pool=unresolvable_count,
+            examined=len(candidates),
+        )
+    if not rejected_count:
+        return FilterDecision(passed=candidates, outcome=Outcome.FIT, examined=len(candidates))
+    if isinstance(candidates, NameList):
+        names, plain = candidates.array(), candidates.distinct()
+    else:
+        names, plain = np.array(candidates, dtype=object), False
+
+    def by_reason(groups: list[tuple[str, npt.NDArray[np.bool_]]]) -> Mapping[str, str]:
+        if plain:
+            return RejectedByReason(names, groups)
+        built: dict[str, str] = {}  # a name given twice is one entry, as in the per-node path
+        for reason, mask in groups:
+            built.update(dict.fromkeys(names[mask].tolist(), reason))
+        return built
+
+    failed = by_reason([(reason, mask & ~any_unresolvable) for reason, mask in short_groups])
+    unresolvable = by_reason(unresolvable_groups)
+    kept = names[admitted].tolist()
+    return FilterDecision(
+        passed=kept,
+        failed=failed,
+        unresolvable=unresolvable,
+        outcome=Outcome.FIT if kept else Outcome.NO_HUGEPAGE_CAPACITY if failed else Outcome.NO_COMPATIBLE_NODE,
+        insufficient=len(failed),
+        exceeds_pool=len(unresolvable),
+        examined=len(candidates),
     )
 
 
@@ -610,5 +704,14 @@ def prioritize_sizes(
         )
     if policy.mode is not Mode.ENFORCE or not views:
         return HostScores.neutral(candidates)
+    columns_hold_it = all(v.columns is not None and v.need <= UNBOUNDED for v in views)
+    if reads_columns(candidates) and columns_hold_it and demand.cpu_millis <= UNBOUNDED:
+        # The tightest pool per node, as ``size_load``: each size's loads from its columns, the max.
+        load = None
+        for view in views:
+            columns = cast("NodeColumns", view.columns)
+            size = loads(PodDemand(view.need, demand.cpu_millis), columns.slots(candidates), columns, policy)
+            load = size if load is None else np.maximum(load, size)
+        return HostScores(candidates, priorities_of(cast("npt.NDArray[np.float64]", load)))
     scores = (priority(size_load(views, name, demand, policy)) for name in candidates)
     return HostScores(candidates, np.fromiter(scores, np.int64, len(candidates)))

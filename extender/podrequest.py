@@ -125,7 +125,7 @@ def pod_demand(
     ``with_qos``: also tell whether the pod is Guaranteed (numaAligned namespaces).
     """
     hugepage_bytes = ceil_units(effective_request(pod.spec, resource_name))
-    more_bytes = tuple(ceil_units(effective_request(pod.spec, name)) for name in more_resources)
+    more_bytes = tuple([ceil_units(effective_request(pod.spec, name)) for name in more_resources])
     if need_from_memory and hugepage_bytes == 0 and not any(more_bytes):
         memory = ceil_units(effective_request(pod.spec, "memory"))
         if memory_index == 0:
@@ -133,7 +133,7 @@ def pod_demand(
         else:
             more_bytes = tuple(memory if i == memory_index - 1 else 0 for i in range(len(more_bytes)))
     cpu_millis = ceil_millis(effective_request(pod.spec, "cpu"))
-    if max((hugepage_bytes, *more_bytes)) > INT64_MAX or cpu_millis > INT64_MAX * 1000:
+    if hugepage_bytes > INT64_MAX or (more_bytes and max(more_bytes) > INT64_MAX) or cpu_millis > INT64_MAX * 1000:
         # Each quantity is bounded; a sum of many may still exceed anything a node offers.
         raise QuantityError("the pod's requests add up to more than any node can hold (over 2^63-1)")
     return PodDemand(

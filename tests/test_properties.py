@@ -361,3 +361,62 @@ def test_a_size_every_node_can_hold_changes_no_decision(
     assert dict(sized.failed) == dict(alone.failed)
     assert dict(sized.unresolvable) == dict(alone.unresolvable)
     assert sized.outcome == alone.outcome
+
+
+def _columns_of(accounts: dict[str, NodeAccount]) -> NodeColumns:
+    columns = NodeColumns(capacity=2)
+    for name, account in accounts.items():
+        columns.put(name, account)
+    return columns
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    cluster=two_size_clusters,
+    need_2m=st.integers(1, 500 * PAGE),
+    need_1g=st.integers(1, 8 * GIB),
+    policy=policies,
+    mode=st.sampled_from([Mode.ENFORCE, Mode.SHADOW]),
+    picks=st.lists(st.integers(0, 30), min_size=VECTOR_THRESHOLD + 1, max_size=150),
+    in_place=st.booleans(),
+    seed=st.integers(),
+)
+def test_two_sizes_on_the_columns_decide_and_score_as_node_by_node(  # noqa: PLR0917 (hypothesis)
+    cluster: dict[str, tuple[NodeAccount, NodeAccount]],
+    need_2m: int,
+    need_1g: int,
+    policy: Policy,
+    mode: Mode,
+    picks: list[int],
+    in_place: bool,
+    seed: int,
+) -> None:
+    """The numpy path of a pod of two sizes (each size's columns, combined) is the node-by-node one:
+    every candidate examined, a best-of-K scan that finds no node at all, and the scores."""
+    known = sorted(cluster)
+    names = [known[p] if p < len(known) else f"unknown-{p}" for p in picks]
+    candidates: Sequence[str] = names
+    if in_place:
+        read = NameList.read(msgspec.json.encode(names))
+        assert read is not None
+        candidates = read
+    demand = PodDemand(need_2m, 500, more_bytes=(need_1g,))
+    plain = _views(cluster, need_2m, need_1g)
+    columned = [dataclasses.replace(v, columns=_columns_of(dict(v.accounts))) for v in plain]
+    every = Policy(mode=mode, sample_size=0)
+    vector = filter_sizes(demand, candidates, views=columned, policy=every, rng=random.Random(1))
+    scalar = filter_sizes(demand, names, views=plain, policy=every, rng=random.Random(1))
+    assert list(vector.passed) == list(scalar.passed)
+    assert dict(vector.failed) == dict(scalar.failed)
+    assert dict(vector.unresolvable) == dict(scalar.unresolvable)
+    assert dataclasses.replace(vector, passed=[], failed={}, unresolvable={}) == dataclasses.replace(
+        scalar, passed=[], failed={}, unresolvable={}
+    )
+    # Best-of-K: the same nodes kept (the same draws), or the same full answer when none fits.
+    sampled_v = filter_sizes(demand, candidates, views=columned, policy=policy, rng=random.Random(seed))
+    sampled_s = filter_sizes(demand, names, views=plain, policy=policy, rng=random.Random(seed))
+    assert set(sampled_v.passed) == set(sampled_s.passed)
+    assert sampled_v.outcome == sampled_s.outcome
+    scores_v = prioritize_sizes(demand, candidates, views=columned, policy=policy)
+    scores_s = prioritize_sizes(demand, names, views=plain, policy=policy)
+    assert scores_v.scores.tolist() == scores_s.scores.tolist()
