@@ -18,6 +18,7 @@ from extender.objects import Container, Pod, PodSpec, ResourceList, ResourceRequ
 from extender.quantity import INT64_MAX, QuantityError, ceil_millis, ceil_units, parse
 
 _ZERO = Decimal(0)
+_FIRST = (0,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,8 @@ class PodDemand:
     @property
     def sizes_needed(self) -> tuple[int, ...]:
         """The sizes (indices into ``Config.resource_names``) the pod asks pages of."""
+        if not self.more_bytes:
+            return _FIRST if self.hugepage_bytes > 0 else ()
         return tuple(index for index, need in enumerate((self.hugepage_bytes, *self.more_bytes)) if need > 0)
 
     def of_size(self, index: int) -> PodDemand:

@@ -83,7 +83,6 @@ class ExtenderVerbs:
     ) -> None:
         self.config = config
         self.state = state
-        self.reasons = Reasons.for_resource(config.resource_name)
         self.size_reasons = tuple(Reasons.for_resource(name) for name in config.resource_names)
         self.hold_in_flight = hold_in_flight  # False only to measure what the holds are worth
         self.verify_holds = verify_holds  # a live cluster: holds need their pod shown by the watch
@@ -127,21 +126,23 @@ class ExtenderVerbs:
             # A new attempt for this pod: its previous attempt's hold is over, and must not
             # count against the pod itself.
             self.state.release(uid)
-        if self.config.more_resource_names:
-            views = [self._size_view(index, demand, uid, owner, policy) for index in demand.sizes_needed or (0,)]
-            decision = filter_sizes(demand, candidates, views=views, policy=policy, rng=self.rng)
-        else:
-            view = self._size_view(0, demand, uid, owner, policy)
+        needed = demand.sizes_needed
+        if len(needed) <= 1:  # one size (or none): that size's accounts alone, as with one size guarded
+            index = needed[0] if needed else 0
+            view = self._size_view(index, demand, uid, owner, policy)
             decision = filter_nodes(
-                demand,
+                demand.of_size(index),
                 candidates,
                 accounts=view.accounts,
                 policy=policy,
-                reasons=self.reasons,
+                reasons=view.reasons,
                 rng=self.rng,
                 headroom=view.headroom,
                 columns=view.columns,
             )
+        else:
+            views = [self._size_view(index, demand, uid, owner, policy) for index in needed]
+            decision = filter_sizes(demand, candidates, views=views, policy=policy, rng=self.rng)
         if not own or not uid:
             self.refused_holds += bool(uid)
             return result(decision)
@@ -207,9 +208,10 @@ class ExtenderVerbs:
             columns = state.columns if accounts is state.accounts else None
             need = demand.of_size(index).hugepage_bytes
             views.append(SizeView(need, accounts, self.size_reasons[index], columns=columns))
-        if not self.config.more_resource_names:
+        if len(views) == 1:
             size = views[0]
-            return prioritize_nodes(demand, candidates, accounts=size.accounts, policy=policy, columns=size.columns)
+            of_size = PodDemand(size.need, demand.cpu_millis, demand.guaranteed) if demand.more_bytes else demand
+            return prioritize_nodes(of_size, candidates, accounts=size.accounts, policy=policy, columns=size.columns)
         return prioritize_sizes(demand, candidates, views=views, policy=policy)
 
     def bind_refusal(self, uid: str, namespace: str, name: str, node: str) -> str | None:
