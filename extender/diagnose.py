@@ -94,9 +94,13 @@ def live_node_rows(
     live = read_cluster(api)
     state = ClusterState(config)
     state.replace(live.nodes, live.pods, live.reports)
-    holds = remote.holds if remote is not None else {}
+    holds = remote.holds_by_size if remote is not None else {}
     reports = remote.node_reports if remote is not None else None
-    return node_rows(state.accounts, holds, reports), remote
+    rows = []
+    for size in state.sizes:  # one table of every size guarded, size by size
+        name = size.resource_name if len(state.sizes) > 1 else ""
+        rows += node_rows(size.accounts, holds.get(size.resource_name, {}), reports, resource=name)
+    return rows, remote
 
 
 # --------------------------------------------------------------------------- shared command-line options

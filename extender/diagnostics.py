@@ -254,6 +254,7 @@ class NodeRow:
     in_flight_pods: int
     free_bytes: int
     report_age_seconds: float | None  # None: no report (or the extender was not asked)
+    resource: str = ""  # the pool's size (hugepages-2Mi, hugepages-1Gi), when the extender guards several
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -263,8 +264,9 @@ def node_rows(
     accounts: Mapping[str, NodeAccount],
     holds: Mapping[str, NodeHolds],
     reports: Mapping[str, NodeReport] | None = None,
+    resource: str = "",
 ) -> list[NodeRow]:
-    """The per-node table, nodes with a pool first (by name), then those without."""
+    """The per-node table of one size's pools (``resource``), nodes with a pool first (by name), then those without."""
     rows = []
     for name, account in with_holds(accounts, holds).items():
         size = account.page_size
@@ -279,6 +281,7 @@ def node_rows(
                 in_flight_pods=holds[name].pods if name in holds else 0,
                 free_bytes=account.free_pages * size,
                 report_age_seconds=report.age_seconds if report is not None else None,
+                resource=resource,
             )
         )
     rows.sort(key=lambda r: (r.pool_bytes == 0, r.node))
@@ -315,12 +318,16 @@ _NODE_COLUMNS = ("NODE", "POOL", "PODS", "OUTSIDE PODS", "IN FLIGHT", "FREE", "R
 
 
 def render_node_rows(rows: Iterable[NodeRow], *, with_extender: bool) -> str:
-    cells = [_NODE_COLUMNS]
+    """The table; a SIZE column after NODE when the rows are of several sizes."""
+    rows = list(rows)
+    sized = len({r.resource for r in rows}) > 1
+    cells: list[tuple[str, ...]] = [("NODE", "SIZE", *_NODE_COLUMNS[1:]) if sized else _NODE_COLUMNS]
     for r in rows:
         inflight = f"{format_bytes(r.in_flight_bytes)} ({r.in_flight_pods})" if with_extender else "?"
         cells.append(
             (
                 r.node,
+                *((r.resource,) if sized else ()),
                 format_bytes(r.pool_bytes),
                 format_bytes(r.pods_bytes),
                 format_bytes(r.outside_pods_bytes),
@@ -329,7 +336,7 @@ def render_node_rows(rows: Iterable[NodeRow], *, with_extender: bool) -> str:
                 format_age(r.report_age_seconds),
             )
         )
-    widths = [max(len(row[i]) for row in cells) for i in range(len(_NODE_COLUMNS))]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     if not with_extender:
         lines += ["", "IN FLIGHT: ask the extender (--extender URL) for the placements it holds in flight"]

@@ -14,7 +14,7 @@ from extender.capacity import Fit
 from extender.cluster import ClusterState
 from extender.config import ConfigError, build_config
 from extender.decision import Outcome, Reasons
-from extender.diagnostics import parse_state_report
+from extender.diagnostics import node_rows, parse_state_report, render_node_rows
 from extender.explain import explain_pod, render_table
 from extender.kube.events import event_for
 from extender.metrics import Metrics
@@ -310,3 +310,21 @@ def test_an_event_names_each_size_the_pod_needs() -> None:
     assert "No node has 64Mi of hugepages-2Mi and 2Gi of hugepages-1Gi free right now" in message
     _, message = event_for(Outcome.NO_COMPATIBLE_NODE, "hugepages-1Gi", 8 * GIB)
     assert "this pod's 8Gi of hugepages-1Gi: every node has no hugepages-1Gi pool" in message
+
+
+def test_the_nodes_table_shows_each_size_of_each_node() -> None:
+    state, _ = two_sizes()
+    state.apply_pod(pod("busy", large="3Gi", node_name="both"))
+    rows = []
+    for size in state.sizes:
+        rows += node_rows(size.accounts, {}, None, resource=size.resource_name)
+    table = render_node_rows(rows, with_extender=False).splitlines()
+    assert table[0].split()[:3] == ["NODE", "SIZE", "POOL"]
+    both = [line.split() for line in table if line.startswith("both ")]
+    assert [(cells[1], cells[2], cells[3]) for cells in both] == [
+        ("hugepages-2Mi", "1Gi", "0"),
+        ("hugepages-1Gi", "4Gi", "3Gi"),
+    ]
+    # One size: the table as it always was.
+    one = render_node_rows(node_rows(state.accounts, {}, None), with_extender=False).splitlines()
+    assert one[0].split()[:2] == ["NODE", "POOL"]
