@@ -83,7 +83,7 @@ def _serve(args: argparse.Namespace) -> int:
         log.info(
             "hugepage-extender %s serving %s on %s:%d (%s%s%s), default mode %s, cluster state from %s",
             __version__,
-            config.resource_name,
+            " and ".join(config.resource_names),
             args.host,
             args.port,
             "https" if tls else "http",

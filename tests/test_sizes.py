@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from benchmarks import sizes as sizes_benchmark
 from extender.capacity import Fit
 from extender.cluster import ClusterState
 from extender.config import ConfigError, build_config
@@ -328,3 +329,10 @@ def test_the_nodes_table_shows_each_size_of_each_node() -> None:
     # One size: the table as it always was.
     one = render_node_rows(node_rows(state.accounts, {}, None), with_extender=False).splitlines()
     assert one[0].split()[:2] == ["NODE", "POOL"]
+
+
+def test_the_sizes_benchmark_runs() -> None:
+    """``python -m benchmarks.sizes`` end to end at a tiny size (its figures are printed, never asserted)."""
+    rows = sizes_benchmark.run(nodes=80, repeat=2, rounds=1)
+    assert [row["case"] for row in rows] == [case for case, *_ in sizes_benchmark.CASES]
+    assert all(row["x one size"] > 0 and row["both sizes p50 ms"] > 0 for row in rows)
