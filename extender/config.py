@@ -53,6 +53,11 @@ class _ConfigFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     namespaces: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+# The config file's own keys (every knob of a policy is a key of ``policy.POLICY_KEYS``): what the chart's
+# schema and the README show, tested against this.
+FILE_KEYS: tuple[str, ...] = _ConfigFile.__struct_encode_fields__
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     resource_name: str = DEFAULT_RESOURCE  # the first size guarded

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from extender.cli import build_parser
-from extender.config import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_RESOURCE, Config, build_config
+from extender.config import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_RESOURCE, FILE_KEYS, Config, build_config
 from extender.policy import POLICY_FIELDS, POLICY_KEYS, Mode, Policy, Widening, field_type
 from tests.conftest import other_value
 
@@ -144,15 +144,7 @@ def test_schema_policy_keys_types_and_bounds_are_the_extenders() -> None:
                 assert (entry["type"], entry["enum"]) == ("string", members), f.name
             bounds = {bound: entry[bound] for bound in ("minimum", "exclusiveMinimum", "pattern") if bound in entry}
             assert bounds == dict(f.metadata), f.name
-    assert set(config) == {
-        "resourceName",
-        "resourceNames",
-        "maxRequestBytes",
-        "maxBufferedBytes",
-        "maxConnections",
-        "defaults",
-        "namespaces",
-    }
+    assert set(config) == set(FILE_KEYS)
 
 
 @pytest.mark.parametrize("name", [f.name for f in POLICY_FIELDS])
