@@ -686,7 +686,10 @@ def create_app(extender: Extender) -> web.Application:
     app[BEGUN] = begun = Begun()
     extender.metrics.watch_state(extender.state)
     # A lambda, not the bound method: a relist replaces the accounts dict.
-    extender.metrics.watch_pools({size.resource_name: size.accounts.values for size in extender.state.sizes})
+    # Read at scrape time through the state: a relist replaces its accounts dict.
+    extender.metrics.watch_pools(
+        {size.resource_name: (lambda size=size: size.accounts.values()) for size in extender.state.sizes}  # type: ignore[misc]
+    )
     extender.metrics.watch_waiting(lambda: extender.waiting.summary(time.monotonic()))
     for verb, handler in (("filter", extender.filter), ("prioritize", extender.prioritize), ("bind", extender.bind)):
         app.router.add_post(f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes, begun))

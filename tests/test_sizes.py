@@ -304,6 +304,10 @@ async def test_debug_state_and_the_pool_metrics_name_every_size(aiohttp_client: 
     assert 'hugepage_extender_pool_capacity_bytes{resource="hugepages-1Gi"} 8.589934592e+09' in metrics
     assert 'hugepage_extender_pool_held_bytes{holder="pods",resource="hugepages-1Gi"} 3.221225472e+09' in metrics
     assert 'hugepage_extender_pool_capacity_bytes{resource="hugepages-2Mi"} 2.147483648e+09' in metrics
+    # A relist replaces the accounts: the pools are read from the state at scrape time, not from the old ones.
+    state.replace([*NODES, node("more", large="2Gi")], [])
+    metrics = (await (await client.get("/metrics")).read()).decode()
+    assert 'hugepage_extender_pool_capacity_bytes{resource="hugepages-1Gi"} 1.073741824e+10' in metrics
 
 
 def test_an_event_names_each_size_the_pod_needs() -> None:
