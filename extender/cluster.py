@@ -275,7 +275,7 @@ class ClusterState:
         for name, capacity in nodes.items():
             self._count_ignored(name, capacity)
         self._install_nodes(nodes)
-        for index, size in enumerate(self._more):
+        for index, size in enumerate(self._more, start=1):
             size.replace_nodes((name, _more_capacity(capacity, index)) for name, capacity in nodes.items())
 
     def replace_pods(self, records: Iterable[PodRecord]) -> None:
@@ -321,7 +321,7 @@ class ClusterState:
         self._count_ignored(name, capacity)
         self._nodes[name] = capacity
         self._refresh({name})
-        for index, size in enumerate(self._more):
+        for index, size in enumerate(self._more, start=1):
             size.apply_node_record(name, _more_capacity(capacity, index))
 
     def _count_ignored(self, name: str, capacity: NodeCapacity) -> None:
@@ -341,8 +341,8 @@ class ClusterState:
         page size, None when it has none, or the error that made it unusable; ``more``, the same for
         each further size."""
         self._refresh(self.reports.apply(name, report, error))
-        for index, size in enumerate(self._more):
-            size.apply_report(*(more[index] if index < len(more) else (name, None, error)))
+        for index, size in enumerate(self._more, start=1):
+            size.apply_report(*(more[index - 1] if index <= len(more) else (name, None, error)))
 
     def remove_report(self, name: str) -> None:
         self.reports.forget(name)
@@ -354,7 +354,7 @@ class ClusterState:
         """A relist of records."""
         records = list(records)
         self._refresh(self.reports.replace(record[:3] for record in records))
-        for index, size in enumerate(self._more):
+        for index, size in enumerate(self._more, start=1):
             size.replace_reports(_more_report(record, index) for record in records)
 
     def expire_reports(self) -> None:
@@ -563,19 +563,19 @@ class ClusterState:
 
 
 def _more_capacity(capacity: NodeCapacity, index: int) -> NodeCapacity:
-    """A Node's inputs for the further size ``index`` (0 for the second size guarded): no pool when a
-    record was read without it."""
-    if index < len(capacity.more):
-        return capacity.more[index]
+    """A Node's inputs for the further size ``index`` (1, 2, ...: an index into ``Config.resource_names``):
+    no pool when a record was read without it."""
+    if index <= len(capacity.more):
+        return capacity.more[index - 1]
     return NodeCapacity(0, 0, capacity.cpu_millis)
 
 
 def _more_report(record: ReportRecord | SizedReportRecord, index: int) -> ReportRecord:
-    """A record's figures for the further size ``index`` (0 for the second size guarded)."""
+    """A record's figures for the further size ``index`` (1, 2, ...: an index into ``Config.resource_names``)."""
     if len(record) > 3:
         more = record[3]
-        if index < len(more):
-            found: ReportRecord = more[index]
+        if index <= len(more):
+            found: ReportRecord = more[index - 1]
             return found
     return record[0], None, record[2]
 
