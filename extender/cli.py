@@ -83,7 +83,7 @@ def _serve(args: argparse.Namespace) -> int:
         log.info(
             "hugepage-extender %s serving %s on %s:%d (%s%s%s), default mode %s, cluster state from %s",
             __version__,
-            config.resource_name,
+            " and ".join(config.resource_names),
             args.host,
             args.port,
             "https" if tls else "http",
@@ -118,11 +118,7 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
         watch_timeout_seconds=args.watch_timeout_seconds,
     )
     binder = ApiBinder(api, timeout_seconds=args.bind_timeout_seconds) if args.enable_bind else None
-    events = (
-        PodEvents(api, metrics, resource_name=config.resource_name, instance=socket.gethostname())
-        if args.events
-        else None
-    )
+    events = PodEvents(api, metrics, instance=socket.gethostname()) if args.events else None
     nudger = None
     if args.nudge_pod:
         namespace, name = split_pod_name(args.nudge_pod)

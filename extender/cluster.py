@@ -30,7 +30,7 @@ from extender.columns import NodeColumns
 from extender.config import Config
 from extender.holds import Hold, HoldLedger, nodes_of
 from extender.nodeinputs import NodeCapacity, node_capacity
-from extender.nodereport import PoolReport, ReportError, report_record
+from extender.nodereport import PoolReport, ReportError, ReportRecord, report_record
 from extender.objects import Node, Pod
 from extender.podrequest import PodDemand, pod_demand
 from extender.policy import Policy
@@ -61,9 +61,28 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
     terminal: bool
     owner: str = ""  # "namespace/name": who may hold pages under this UID while it waits ("" once bound or over)
     demand: PodDemand | None = None  # what it needs, while it waits: holds and binds use this, not a caller's word
+    more_pages: tuple[int, ...] = ()  # a bound pod's pages of each further size (Config.more_resource_names)
+
+    def of_size(self, index: int) -> PodRecord:
+        """The record as the accounts of the further size ``index`` (1, 2, ...) keep it: the pages of that
+        size, the same CPU."""
+        usage = self.usage
+        if usage is not None:
+            pages = self.more_pages[index - 1] if index <= len(self.more_pages) else 0
+            usage = PodUsage(usage.node, pages, usage.cpu_millis)
+        return PodRecord(self.uid, usage, self.terminal)
+
+
+# A node agent's record read for every size guarded: the first size's, then each further size's.
+SizedReportRecord = tuple[str, PoolReport | None, ReportError | None, tuple[ReportRecord, ...]]
 
 
 class ClusterState:
+    """The accounts of the first size guarded (``Config.resource_name``), and beside them one
+    ``ClusterState`` per further size (``sizes``), fed with every change this one is fed: each
+    keeps its own pools, pages used, pages held outside pods, holds and columns, and the same CPU.
+    A one-size cluster has none beside it and pays nothing for them."""
+
     def __init__(
         self,
         config: Config,
@@ -99,6 +118,14 @@ class ClusterState:
         self.ready = False  # synced: a full listing is loaded
         # Why the picture may be stale (a watch making no progress), or None; set by the informer.
         self.staleness: Callable[[], str | None] = _fresh
+        self._more = tuple(
+            ClusterState(config.for_size(name), clock, wall_clock) for name in config.more_resource_names
+        )
+
+    @property
+    def sizes(self) -> tuple[ClusterState, ...]:
+        """One state per size guarded, in ``Config.resource_names``' order: this one first."""
+        return (self, *self._more)
 
     # -- what decisions and diagnostics read ---------------------------------
 
@@ -176,8 +203,17 @@ class ClusterState:
         """The pod's need, as its namespace's policy (``policy``, when already looked up) counts it."""
         if policy is None:
             policy = self.policy_for(pod.metadata.namespace)
+        if not self._more:
+            return pod_demand(
+                pod, self._config.resource_name, need_from_memory=policy.need_from_memory, with_qos=policy.numa_aligned
+            )
         return pod_demand(
-            pod, self._config.resource_name, need_from_memory=policy.need_from_memory, with_qos=policy.numa_aligned
+            pod,
+            self._config.resource_name,
+            need_from_memory=policy.need_from_memory,
+            with_qos=policy.numa_aligned,
+            more_resources=self._config.more_resource_names,
+            memory_index=self._config.memory_index(policy),
         )
 
     # -- feeding it ----------------------------------------------------------
@@ -192,7 +228,7 @@ class ClusterState:
         """
         capacities = [self.node_record(n) for n in nodes]
         records = [self.pod_record(p) for p in pods]
-        read = [report_record(name, raw, self.resource_name, self._page_size) for name, raw in reports]
+        read = [self.report_record(name, raw) for name, raw in reports]
         self.replace_nodes(capacities)
         self.replace_pods(records)
         self.replace_reports(read)
@@ -202,16 +238,36 @@ class ClusterState:
     # watch thread can compact a page of objects before handing it over.
 
     def node_record(self, node: Node) -> tuple[str, NodeCapacity]:
-        return node.metadata.name, node_capacity(node, self._config.resource_name, self._page_size)
+        capacity = node_capacity(node, self._config.resource_name, self._page_size)
+        if self._more:
+            more = tuple(node_capacity(node, size.resource_name, size.page_size) for size in self._more)
+            capacity = msgspec.structs.replace(capacity, more=more)
+        return node.metadata.name, capacity
 
     def pod_record(self, pod: Pod) -> PodRecord:
         meta = pod.metadata
-        usage = self._usage(pod)
+        node = pod.spec.node_name
+        if node and not pod.is_terminal:
+            demand = self.demand_of(pod)
+            # Interned: the watch decodes a new copy of the node's name with every pod, and the pods
+            # of a node then share one string (17 MiB less at 300,000 pods on 15,000 nodes).
+            usage = PodUsage(sys.intern(node), hugepages_for(demand.hugepage_bytes, self._page_size), demand.cpu_millis)
+            if not self._more:
+                return PodRecord(meta.uid, usage, False)
+            more = tuple(
+                hugepages_for(need, size.page_size) for need, size in zip(demand.more_bytes, self._more, strict=False)
+            )
+            return PodRecord(meta.uid, usage, False, more_pages=more)
         # Only a pod waiting for a node is remembered with its owner (``_waiting``): a string for
         # each of 300,000 bound pods was 18 MiB a list left behind (docs/performance.md, Scale).
-        if usage is not None or pod.is_terminal:
-            return PodRecord(meta.uid, usage, pod.is_terminal)
+        if pod.is_terminal:
+            return PodRecord(meta.uid, None, True)
         return PodRecord(meta.uid, None, False, f"{meta.namespace}/{meta.name}", self.demand_of(pod))
+
+    def report_record(self, name: str, raw: bytes | None) -> SizedReportRecord:
+        """A node agent's record read for every size guarded (never raising): what ``apply_report`` takes."""
+        more = tuple(report_record(name, raw, size.resource_name, size.page_size) for size in self._more)
+        return (*report_record(name, raw, self.resource_name, self._page_size), more)
 
     def replace_nodes(self, records: Iterable[tuple[str, NodeCapacity]]) -> None:
         """A relist of Nodes."""
@@ -219,10 +275,14 @@ class ClusterState:
         for name, capacity in nodes.items():
             self._count_ignored(name, capacity)
         self._install_nodes(nodes)
+        for index, size in enumerate(self._more, start=1):
+            size.replace_nodes((name, _more_capacity(capacity, index)) for name, capacity in nodes.items())
 
     def replace_pods(self, records: Iterable[PodRecord]) -> None:
         """A relist of Pods. Placements in flight survive it unless the pod now shows bound."""
         records = list(records)
+        for index, size in enumerate(self._more, start=1):
+            size.replace_pods(record.of_size(index) for record in records)
         self._waiting = {r.uid: r.owner for r in records if r.usage is None and not r.terminal}
         self._waiting_demands = {r.uid: r.demand for r in records if r.uid in self._waiting and r.demand is not None}
         self._install_pods({r.uid: r.usage for r in records if r.usage is not None})
@@ -261,6 +321,8 @@ class ClusterState:
         self._count_ignored(name, capacity)
         self._nodes[name] = capacity
         self._refresh({name})
+        for index, size in enumerate(self._more, start=1):
+            size.apply_node_record(name, _more_capacity(capacity, index))
 
     def _count_ignored(self, name: str, capacity: NodeCapacity) -> None:
         if capacity.ignored:
@@ -268,22 +330,38 @@ class ClusterState:
 
     # -- the node agents' records ----------------------------------------------
 
-    def apply_report(self, name: str, report: PoolReport | None, error: ReportError | None = None) -> None:
-        """A node's record, read (``nodereport.read_report``) in the watch thread: its figures
-        for the configured page size, None when it has none, or the error that made it unusable."""
+    def apply_report(
+        self,
+        name: str,
+        report: PoolReport | None,
+        error: ReportError | None = None,
+        more: tuple[ReportRecord, ...] = (),
+    ) -> None:
+        """A node's record, read (``report_record``) in the watch thread: its figures for the first
+        page size, None when it has none, or the error that made it unusable; ``more``, the same for
+        each further size."""
         self._refresh(self.reports.apply(name, report, error))
+        for index, size in enumerate(self._more, start=1):
+            size.apply_report(*(more[index - 1] if index <= len(more) else (name, None, error)))
 
     def remove_report(self, name: str) -> None:
         self.reports.forget(name)
         self._refresh({name})
+        for size in self._more:
+            size.remove_report(name)
 
-    def replace_reports(self, records: Iterable[tuple[str, PoolReport | None, ReportError | None]]) -> None:
+    def replace_reports(self, records: Iterable[ReportRecord | SizedReportRecord]) -> None:
         """A relist of records."""
-        self._refresh(self.reports.replace(records))
+        records = list(records)
+        self._refresh(self.reports.replace(record[:3] for record in records))
+        for index, size in enumerate(self._more, start=1):
+            size.replace_reports(_more_report(record, index) for record in records)
 
     def expire_reports(self) -> None:
         """Records that are now older than the max age stop counting: O(1) when none is due."""
         self._refresh(self.reports.expire())
+        for size in self._more:
+            size.expire_reports()
 
     @property
     def stale_reports(self) -> int:
@@ -327,11 +405,15 @@ class ClusterState:
         self.accounts.pop(name, None)
         self.headroom.pop(name, None)
         self._columns.drop(name)
+        for size in self._more:
+            size.remove_node(name)
 
     def apply_pod(self, pod: Pod) -> None:
         self.apply_pod_record(self.pod_record(pod))
 
     def apply_pod_record(self, record: PodRecord) -> None:
+        for index, size in enumerate(self._more, start=1):
+            size.apply_pod_record(record.of_size(index))
         uid, usage = record.uid, record.usage
         touched = self._forget_pod(uid)
         self._waiting_demands.pop(uid, None)
@@ -355,6 +437,8 @@ class ClusterState:
         self._refresh(touched)
 
     def remove_pod(self, uid: str) -> None:
+        for size in self._more:
+            size.remove_pod(uid)
         self._waiting.pop(uid, None)
         self._waiting_demands.pop(uid, None)
         touched = self._forget_pod(uid) | self._ledger.release(uid)
@@ -365,10 +449,18 @@ class ClusterState:
 
         Several nodes: the pod will go to one of them, which one is not known
         yet, so its need is held on each. A pod already seen bound is counted
-        by its usage, never twice.
+        by its usage, never twice. Each further size the pod asks pages of holds them
+        there, with its CPU; a size it asks none of holds nothing, as a pod asking no
+        hugepages holds nothing (its CPU in flight is not counted in that size's scores).
         """
         if uid in self._pods or not uid or not nodes:
             return False
+        for index, size in enumerate(self._more, start=1):
+            need = demand.of_size(index)
+            if need.wants_hugepages:
+                size.hold(uid, nodes, need, timeout_seconds)
+            else:
+                size.release(uid)
         now = self._clock()
         earlier = self._ledger.hold_of(uid)
         held_at = now if earlier is None else earlier.held_at
@@ -405,9 +497,13 @@ class ClusterState:
     def release(self, uid: str) -> None:
         """Stop counting a placement in flight (its bind failed)."""
         self._refresh(self._ledger.release(uid))
+        for size in self._more:
+            size.release(uid)
 
     def expire_holds(self) -> None:
         self._refresh(self._ledger.expire(self._clock()))
+        for size in self._more:
+            size.expire_holds()
 
     def take_freed(self) -> bool:
         """Whether some node has more room than when last asked (a hold released, a record giving
@@ -415,21 +511,15 @@ class ClusterState:
         its old hold and holds again) is no room freed. O(nodes raised since the last call)."""
         raised, self._raised = self._raised, {}
         headroom = self.headroom
-        return any(headroom.get(name, -1) > before for name, before in raised.items())
+        freed = any(headroom.get(name, -1) > before for name, before in raised.items())
+        for size in self._more:
+            freed = size.take_freed() or freed  # every size asked, so each starts afresh
+        return freed
 
     def holds(self) -> dict[str, Hold]:
         return self._ledger.holds()
 
     # -- internals -----------------------------------------------------------
-
-    def _usage(self, pod: Pod) -> PodUsage | None:
-        node = pod.spec.node_name
-        if not node or pod.is_terminal:
-            return None
-        demand = self.demand_of(pod)
-        # Interned: the watch decodes a new copy of the node's name with every pod, and the pods
-        # of a node then share one string (17 MiB less at 300,000 pods on 15,000 nodes).
-        return PodUsage(sys.intern(node), hugepages_for(demand.hugepage_bytes, self._page_size), demand.cpu_millis)
 
     def _forget_pod(self, uid: str) -> set[str]:
         usage = self._pods.pop(uid, None)
@@ -470,6 +560,24 @@ class ClusterState:
                     self._raised.setdefault(name, old)
                 headroom[name] = room
                 self._stale_columns.add(name)
+
+
+def _more_capacity(capacity: NodeCapacity, index: int) -> NodeCapacity:
+    """A Node's inputs for the further size ``index`` (1, 2, ...: an index into ``Config.resource_names``):
+    no pool when a record was read without it."""
+    if index <= len(capacity.more):
+        return capacity.more[index - 1]
+    return NodeCapacity(0, 0, capacity.cpu_millis)
+
+
+def _more_report(record: ReportRecord | SizedReportRecord, index: int) -> ReportRecord:
+    """A record's figures for the further size ``index`` (1, 2, ...: an index into ``Config.resource_names``)."""
+    if len(record) > 3:
+        more = record[3]
+        if index <= len(more):
+            found: ReportRecord = more[index - 1]
+            return found
+    return record[0], None, record[2]
 
 
 def _with_report(capacity: NodeCapacity, report: PoolReport, used_pages: int) -> tuple[int, int, int]:

@@ -44,7 +44,8 @@ _PolicyFields = policy_fields_struct(forbid_unknown_fields=True)
 
 
 class _ConfigFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
-    resource_name: str = DEFAULT_RESOURCE
+    resource_name: str | None = None  # one size; the same as resourceNames: [it]
+    resource_names: list[str] | None = None  # every size guarded, the first one the default of needFromMemoryResource
     max_request_bytes: Annotated[int, msgspec.Meta(gt=0)] = DEFAULT_MAX_REQUEST_BYTES
     max_buffered_bytes: Annotated[int, msgspec.Meta(gt=0)] | None = None  # None: twice maxRequestBytes
     max_connections: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_MAX_CONNECTIONS
@@ -52,10 +53,16 @@ class _ConfigFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     namespaces: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+# The config file's own keys (every knob of a policy is a key of ``policy.POLICY_KEYS``): what the chart's
+# schema and the README show, tested against this.
+FILE_KEYS: tuple[str, ...] = _ConfigFile.__struct_encode_fields__
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
-    resource_name: str = DEFAULT_RESOURCE
+    resource_name: str = DEFAULT_RESOURCE  # the first size guarded
     page_size_bytes: int = 2 * 1024 * 1024
+    more_resource_names: tuple[str, ...] = ()  # every further size guarded, in the config's order
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -63,6 +70,23 @@ class Config:
 
     def policy_for(self, namespace: str) -> Policy:
         return self.placement.policy_for(namespace)
+
+    @property
+    def resource_names(self) -> tuple[str, ...]:
+        """Every hugepage size guarded, the first one first."""
+        return (self.resource_name, *self.more_resource_names)
+
+    def for_size(self, resource_name: str) -> Config:
+        """The same config guarding ``resource_name`` alone: what one size's accounts are kept by."""
+        return dataclasses.replace(
+            self, resource_name=resource_name, page_size_bytes=page_size_of(resource_name), more_resource_names=()
+        )
+
+    def memory_index(self, policy: Policy) -> int:
+        """Which size (an index into ``resource_names``) a memory-derived need draws from."""
+        if not policy.need_from_memory_resource:
+            return 0
+        return self.resource_names.index(policy.need_from_memory_resource)
 
 
 def _env_bool(name: str, value: str) -> bool:
@@ -102,14 +126,14 @@ def _env_fields(environ: Mapping[str, str]) -> dict[str, Any]:
     return fields
 
 
-def page_size_of(resource_name: str) -> int:
+def page_size_of(resource_name: str, *, key: str = "resourceName") -> int:
     match = _HUGEPAGE_RESOURCE.match(resource_name)
     if match is None:
-        raise ConfigError(f"resourceName: expected a hugepage resource such as hugepages-2Mi, got {resource_name!r}")
+        raise ConfigError(f"{key}: expected a hugepage resource such as hugepages-2Mi, got {resource_name!r}")
     try:
         return to_units(match["size"])
     except QuantityError as error:
-        raise ConfigError(f"resourceName: {error}") from None
+        raise ConfigError(f"{key}: {error}") from None
 
 
 def _yaml_off(fields: Any) -> Any:
@@ -128,7 +152,8 @@ def build_config(
     if isinstance(document, dict) and "defaults" in document:
         document = {**document, "defaults": _yaml_off(document["defaults"])}
     raw = _convert(document or {}, _ConfigFile, "")
-    page_size = page_size_of(raw.resource_name)
+    names = _resource_names(raw)
+    page_size = page_size_of(names[0])
     file_defaults = given(_convert(raw.defaults, _PolicyFields, "defaults"))
     defaults = overlay(overlay(Policy(), file_defaults), _env_fields(environ))
     namespaces = {
@@ -141,14 +166,45 @@ def build_config(
             f"maxBufferedBytes: {buffered} is under twice maxRequestBytes ({raw.max_request_bytes}):"
             " the largest request's body and answer must fit"
         )
+    _check_memory_resources(names, defaults, namespaces)
     return Config(
-        resource_name=raw.resource_name,
+        resource_name=names[0],
         page_size_bytes=page_size,
+        more_resource_names=names[1:],
         max_request_bytes=raw.max_request_bytes,
         max_buffered_bytes=buffered,
         max_connections=raw.max_connections,
         placement=PolicyTable(defaults, namespaces, exempt_namespaces),
     )
+
+
+def _resource_names(raw: _ConfigFile) -> tuple[str, ...]:
+    """The sizes guarded: ``resourceNames``, or ``resourceName`` alone (the default, hugepages-2Mi)."""
+    if raw.resource_names is None:
+        return (raw.resource_name or DEFAULT_RESOURCE,)
+    if raw.resource_name is not None:
+        raise ConfigError("resourceName and resourceNames: give one of them (resourceNames lists every size)")
+    names = tuple(raw.resource_names)
+    if not names:
+        raise ConfigError("resourceNames: name at least one hugepage resource")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"resourceNames: a resource is named twice in {list(names)}")
+    sizes: dict[int, str] = {}
+    for name in names:
+        size = page_size_of(name, key="resourceNames")
+        if size in sizes:
+            raise ConfigError(f"resourceNames: {sizes[size]} and {name} are the same page size")
+        sizes[size] = name
+    return names
+
+
+def _check_memory_resources(names: tuple[str, ...], defaults: Policy, namespaces: Mapping[str, Policy]) -> None:
+    for where, policy in (("defaults", defaults), *((f"namespaces.{n}", p) for n, p in namespaces.items())):
+        wanted = policy.need_from_memory_resource
+        if wanted and wanted not in names:
+            raise ConfigError(
+                f"{where}.needFromMemoryResource: {wanted} is not a size the extender guards ({', '.join(names)})"
+            )
 
 
 _T = TypeVar("_T")

@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +33,7 @@ from extender.namelist import NameList
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.sampling import Sample, best_of_k
-from extender.scoring import node_load, priorities, priority
+from extender.scoring import loads, node_load, priorities, priorities_of, priority
 
 Accounts = Mapping[str, NodeAccount]
 VECTOR_THRESHOLD = 64  # below this many candidates the scalar loop is faster than numpy's setup
@@ -515,4 +516,257 @@ def prioritize_nodes(
     if columns is not None and reads_columns(candidates) and _fits_int64(demand):
         return HostScores(candidates, priorities(demand, columns.slots(candidates), columns, policy))
     scores = (priority(node_load(_account(accounts, name), demand, policy)) for name in candidates)
+    return HostScores(candidates, np.fromiter(scores, np.int64, len(candidates)))
+
+
+# --------------------------------------------------------------------------- every page size the pod needs
+
+
+@dataclass(frozen=True, slots=True)
+class SizeView:
+    """One page size's accounts as a decision reads them, and the pod's need of that size (bytes)."""
+
+    need: int
+    accounts: Accounts
+    reasons: Reasons
+    headroom: Mapping[str, int] | None = None
+    columns: NodeColumns | None = None
+
+
+def filter_sizes(
+    demand: PodDemand,
+    candidates: Sequence[str],
+    *,
+    views: Sequence[SizeView],
+    policy: Policy,
+    rng: random.Random,
+) -> FilterDecision:
+    """``filter_nodes`` over every size the pod needs (``views``, one per size, usually one):
+    a node is admitted only if each of those pools can hold the pod.
+
+    One size is ``filter_nodes`` itself, its fast paths included, so a pod asking one size
+    costs what it did before there were others. Several are judged node by node: a node's
+    verdict is its first unresolvable size's (no pod leaving makes room for that one, so
+    the scheduler need not retry it), else its first size without room."""
+    if len(views) == 1:
+        view = views[0]
+        return filter_nodes(
+            PodDemand(view.need, demand.cpu_millis, demand.guaranteed),
+            candidates,
+            accounts=view.accounts,
+            policy=policy,
+            reasons=view.reasons,
+            rng=rng,
+            headroom=view.headroom,
+            columns=view.columns,
+        )
+    if policy.mode is Mode.OFF or not views:
+        return FilterDecision(passed=candidates)
+    numa = policy.numa_aligned and demand.guaranteed
+    rooms = [(view.need, _room_of(view.accounts, view.headroom, numa=numa)) for view in views]
+
+    def admits(name: str) -> bool:
+        return all(need <= room_of(name, UNBOUNDED) for need, room_of in rooms)
+
+    sample = _sample_sizes(candidates, views, policy, admits, rng, on_columns=not numa and _all_read(views, candidates))
+    if isinstance(sample, FilterDecision):
+        return sample
+    verdicts = {name: size_verdict(views, name, numa=numa) for name in sample.rejected}
+    if policy.mode is Mode.SHADOW:
+        # Counted per candidate given, as for one size.
+        exceeds = sum(1 for name in sample.rejected if verdicts[name][0].unresolvable)
+        return FilterDecision(
+            passed=candidates,
+            outcome=Outcome.SHADOW,
+            insufficient=len(sample.rejected) - exceeds,
+            exceeds_pool=exceeds,
+            examined=len(candidates),
+        )
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for name, (verdict, view) in verdicts.items():
+        (unresolvable if verdict.unresolvable else failed)[name] = view.reasons.of(verdict)
+    insufficient, exceeds_pool = len(failed), len(unresolvable)
+    if sample.kept:
+        outcome = Outcome.FIT
+    elif not sample.exhausted:
+        outcome = Outcome.NO_FIT_IN_SAMPLE
+        failed.update((n, views[0].reasons.not_sampled) for n in candidates if n not in verdicts)
+    elif insufficient:
+        outcome = Outcome.NO_HUGEPAGE_CAPACITY
+    else:
+        outcome = Outcome.NO_COMPATIBLE_NODE
+    return FilterDecision(
+        passed=sample.kept,
+        failed=failed,
+        unresolvable=unresolvable,
+        outcome=outcome,
+        insufficient=insufficient,
+        exceeds_pool=exceeds_pool,
+        examined=len(sample.kept) + len(sample.rejected),
+        widened=sample.widened,
+    )
+
+
+def _all_read(views: Sequence[SizeView], candidates: Sequence[str]) -> bool:
+    return all(_reads(view.columns, candidates, view.need) for view in views)
+
+
+def _sample_sizes(
+    candidates: Sequence[str],
+    views: Sequence[SizeView],
+    policy: Policy,
+    admits: Callable[[str], bool],
+    rng: random.Random,
+    *,
+    on_columns: bool,
+) -> Sample[str] | FilterDecision:
+    """The candidates ``filter_sizes`` keeps and rejects; a decision outright where the columns
+    decide every candidate at once (every one examined, or a widened scan that rejects every one)."""
+    if policy.examines_every_candidate:
+        if on_columns:
+            return _decide_sizes_on_columns(candidates, views, policy.mode)
+        kept = [name for name in candidates if admits(name)]
+        admitted = set(kept)
+        return Sample(kept, [n for n in candidates if n not in admitted], exhausted=True, widened=False)
+    judge = (lambda: _sizes_admitted(candidates, views)) if on_columns else None
+    sample = best_of_k(candidates, policy.sample_size, policy.widening, admits, rng, judge=judge)
+    if sample.rejected_at is None:
+        return sample
+    if not sample.kept:  # a widened scan judged on the columns rejected every candidate
+        decision = _decide_sizes_on_columns(candidates, views, Mode.ENFORCE)
+        return dataclasses.replace(decision, widened=True)
+    return dataclasses.replace(sample, rejected=[candidates[at] for at in np.sort(sample.rejected_at).tolist()])
+
+
+def _sizes_admitted(candidates: Sequence[str], views: Sequence[SizeView]) -> npt.NDArray[np.bool_]:
+    """Per candidate, whether every pool the pod needs has room: one comparison per size."""
+    admitted: npt.NDArray[np.bool_] | None = None
+    for view in views:
+        columns = cast("NodeColumns", view.columns)
+        room = view.need <= columns.column("headroom")[columns.slots(candidates)]
+        admitted = room if admitted is None else admitted & room
+    return cast("npt.NDArray[np.bool_]", admitted)
+
+
+def _decide_sizes_on_columns(candidates: Sequence[str], views: Sequence[SizeView], mode: Mode) -> FilterDecision:
+    """``filter_sizes`` for a policy that examines every candidate, over many candidates: each size's
+    verdicts from its columns (headroom: room; ceiling: unresolvable), combined as ``size_verdict``
+    combines them (the first unresolvable size, else the first without room), no Python work per node
+    but the names of the answer. Property tests hold it equal to the node-by-node path."""
+    admitted = np.ones(len(candidates), dtype=bool)
+    any_unresolvable = np.zeros(len(candidates), dtype=bool)
+    any_short = np.zeros(len(candidates), dtype=bool)
+    unresolvable_groups: list[tuple[str, npt.NDArray[np.bool_]]] = []
+    short_groups: list[tuple[str, npt.NDArray[np.bool_]]] = []
+    for view in views:
+        columns = cast("NodeColumns", view.columns)
+        slots = columns.slots(candidates)
+        room = view.need <= columns.column("headroom")[slots]
+        never = view.need > columns.column("ceiling")[slots]
+        admitted &= room
+        first_never = never & ~any_unresolvable
+        any_unresolvable |= never
+        short_groups.append((view.reasons.insufficient, ~room & ~never & ~any_short))
+        any_short |= ~room & ~never
+        if first_never.any():
+            total = columns.column("total_pages")[slots]
+            page = columns.column("page_size")[slots]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                need_pages = np.where(page > 0, -(-view.need // np.maximum(page, 1)), 0)
+            no_pool = first_never & ((total <= 0) | (page <= 0))
+            exceeds = first_never & ~no_pool & (need_pages > total)
+            unresolvable_groups += [
+                (view.reasons.no_pool, no_pool),
+                (view.reasons.exceeds_pool, exceeds),
+                (view.reasons.held_outside, first_never & ~no_pool & ~exceeds),
+            ]
+    rejected_count = len(candidates) - int(np.count_nonzero(admitted))
+    unresolvable_count = int(np.count_nonzero(any_unresolvable))
+    if mode is Mode.SHADOW:
+        return FilterDecision(
+            passed=candidates,
+            outcome=Outcome.SHADOW,
+            insufficient=rejected_count - unresolvable_count,
+            exceeds_pool=unresolvable_count,
+            examined=len(candidates),
+        )
+    if not rejected_count:
+        return FilterDecision(passed=candidates, outcome=Outcome.FIT, examined=len(candidates))
+    if isinstance(candidates, NameList):
+        names, plain = candidates.array(), candidates.distinct()
+    else:
+        names, plain = np.array(candidates, dtype=object), False
+
+    def by_reason(groups: list[tuple[str, npt.NDArray[np.bool_]]]) -> Mapping[str, str]:
+        if plain:
+            return RejectedByReason(names, groups)
+        built: dict[str, str] = {}  # a name given twice is one entry, as in the per-node path
+        for reason, mask in groups:
+            built.update(dict.fromkeys(names[mask].tolist(), reason))
+        return built
+
+    failed = by_reason([(reason, mask & ~any_unresolvable) for reason, mask in short_groups])
+    unresolvable = by_reason(unresolvable_groups)
+    kept = names[admitted].tolist()
+    return FilterDecision(
+        passed=kept,
+        failed=failed,
+        unresolvable=unresolvable,
+        outcome=Outcome.FIT if kept else Outcome.NO_HUGEPAGE_CAPACITY if failed else Outcome.NO_COMPATIBLE_NODE,
+        insufficient=len(failed),
+        exceeds_pool=len(unresolvable),
+        examined=len(candidates),
+    )
+
+
+def size_verdict(views: Sequence[SizeView], name: str, *, numa: bool) -> tuple[Fit, SizeView]:
+    """A node's verdict over every size the pod needs, and the size it comes from: the first
+    size no pod leaving could make room in, else the first without room now, else the first
+    (every size admits)."""
+    verdicts = [(fits(_account(view.accounts, name), view.need, numa_aligned=numa), view) for view in views]
+    for verdict, view in verdicts:
+        if verdict.unresolvable:
+            return verdict, view
+    for verdict, view in verdicts:
+        if not verdict.admits:
+            return verdict, view
+    return verdicts[0]
+
+
+def size_load(views: Sequence[SizeView], name: str, demand: PodDemand, policy: Policy) -> float:
+    """A node's load for a pod of several sizes: the tightest pool it needs. Each pool's load is a
+    fraction of that pool (bytes over bytes), so sizes compare directly; the max keeps
+    ``load <= 1`` (alpha = 0) exactly when every pool fits, as for one size."""
+    return max(
+        node_load(_account(view.accounts, name), PodDemand(view.need, demand.cpu_millis), policy) for view in views
+    )
+
+
+def prioritize_sizes(
+    demand: PodDemand, candidates: Sequence[str], *, views: Sequence[SizeView], policy: Policy
+) -> HostScores:
+    """``prioritize_nodes`` over every size the pod needs: one size is ``prioritize_nodes``; several
+    score each node by its tightest pool (``size_load``)."""
+    if len(views) == 1:
+        view = views[0]
+        return prioritize_nodes(
+            PodDemand(view.need, demand.cpu_millis, demand.guaranteed),
+            candidates,
+            accounts=view.accounts,
+            policy=policy,
+            columns=view.columns,
+        )
+    if policy.mode is not Mode.ENFORCE or not views:
+        return HostScores.neutral(candidates)
+    columns_hold_it = all(v.columns is not None and v.need <= UNBOUNDED for v in views)
+    if reads_columns(candidates) and columns_hold_it and demand.cpu_millis <= UNBOUNDED:
+        # The tightest pool per node, as ``size_load``: each size's loads from its columns, the max.
+        load = None
+        for view in views:
+            columns = cast("NodeColumns", view.columns)
+            size = loads(PodDemand(view.need, demand.cpu_millis), columns.slots(candidates), columns, policy)
+            load = size if load is None else np.maximum(load, size)
+        return HostScores(candidates, priorities_of(cast("npt.NDArray[np.float64]", load)))
+    scores = (priority(size_load(views, name, demand, policy)) for name in candidates)
     return HostScores(candidates, np.fromiter(scores, np.int64, len(candidates)))

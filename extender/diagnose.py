@@ -27,12 +27,16 @@ from extender.remote import RemoteExtender
 
 
 def _adopt(config: Config, remote: ExtenderState | None) -> Config:
-    """The extender's pool (resource name) and policies win over a local config's: it is the one deciding."""
+    """The extender's pools (resource names) and policies win over a local config's: it is the one deciding."""
     if remote is None:
         return config
     name = remote.resource_name
     return dataclasses.replace(
-        config, resource_name=name, page_size_bytes=page_size_of(name), placement=remote.placement
+        config,
+        resource_name=name,
+        page_size_bytes=page_size_of(name),
+        more_resource_names=remote.resource_names[1:],
+        placement=remote.placement,
     )
 
 
@@ -78,7 +82,8 @@ def live_explanation(
     else:
         sources["policy"] = config_source
         sources["in flight"] = "not known: ask the running extender (--extender URL)"
-    return explain_pod(state, pod, names, holds=remote.holds if remote is not None else None, sources=sources)
+    holds = remote.holds_by_size if remote is not None else None
+    return explain_pod(state, pod, names, holds=holds, sources=sources)
 
 
 def live_node_rows(
@@ -89,9 +94,13 @@ def live_node_rows(
     live = read_cluster(api)
     state = ClusterState(config)
     state.replace(live.nodes, live.pods, live.reports)
-    holds = remote.holds if remote is not None else {}
+    holds = remote.holds_by_size if remote is not None else {}
     reports = remote.node_reports if remote is not None else None
-    return node_rows(state.accounts, holds, reports), remote
+    rows = []
+    for size in state.sizes:  # one table of every size guarded, size by size
+        name = size.resource_name if len(state.sizes) > 1 else ""
+        rows += node_rows(size.accounts, holds.get(size.resource_name, {}), reports, resource=name)
+    return rows, remote
 
 
 # --------------------------------------------------------------------------- shared command-line options

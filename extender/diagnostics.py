@@ -64,6 +64,14 @@ class ExtenderState:
     placement: PolicyTable  # every namespace's policy: how the extender counts each namespace's pods
     # None: this extender publishes no node reports (the node agent's records are not wired in).
     node_reports: dict[str, NodeReport] | None
+    # Every size the extender guards (resource_name first), and the holds of each further size.
+    resource_names: tuple[str, ...] = ()
+    more_holds: dict[str, dict[str, NodeHolds]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def holds_by_size(self) -> dict[str, dict[str, NodeHolds]]:
+        """Placements in flight per size guarded and node."""
+        return {self.resource_name: self.holds, **self.more_holds}
 
 
 def holds_per_node(
@@ -102,8 +110,10 @@ def state_report(
     holds: Mapping[str, NodeHolds],
     placement: PolicyTable,
     node_reports: Mapping[str, NodeReport] | None = None,
+    more_holds: Mapping[str, Mapping[str, NodeHolds]] | None = None,
 ) -> dict[str, Any]:
-    """The ``/debug/state`` document (version 1). New keys may be added; none is renamed or removed."""
+    """The ``/debug/state`` document (version 1). New keys may be added; none is renamed or removed.
+    ``resourceName`` and ``inFlight`` are the first size guarded; ``sizes`` holds each further one's."""
     return {
         "version": STATE_VERSION,
         "resourceName": resource_name,
@@ -111,10 +121,7 @@ def state_report(
         "namespace": namespace,
         "policy": policy_document(policy),
         "exempt": exempt,
-        "inFlight": {
-            node: {"hugepageBytes": h.hugepage_bytes, "cpuMillis": h.cpu_millis, "pods": h.pods}
-            for node, h in holds.items()
-        },
+        "inFlight": _in_flight(holds),
         "placement": {
             "defaults": policy_document(placement.defaults),
             "namespaces": {ns: policy_document(p) for ns, p in sorted(placement.namespaces.items())},
@@ -126,6 +133,15 @@ def state_report(
             node: {"outsidePodsBytes": r.outside_pods_bytes, "ageSeconds": r.age_seconds, "stale": r.stale}
             for node, r in node_reports.items()
         },
+        "resourceNames": [resource_name, *(more_holds or {})],
+        "sizes": {name: {"inFlight": _in_flight(held)} for name, held in (more_holds or {}).items()},
+    }
+
+
+def _in_flight(holds: Mapping[str, NodeHolds]) -> dict[str, Any]:
+    return {
+        node: {"hugepageBytes": h.hugepage_bytes, "cpuMillis": h.cpu_millis, "pods": h.pods}
+        for node, h in holds.items()
     }
 
 
@@ -151,6 +167,10 @@ class _ReportDoc(msgspec.Struct, rename="camel"):
     stale: bool
 
 
+class _SizeDoc(msgspec.Struct, rename="camel"):
+    in_flight: dict[str, _HoldsDoc] = {}
+
+
 class _StateDoc(msgspec.Struct, rename="camel"):
     version: int
     resource_name: str
@@ -161,6 +181,12 @@ class _StateDoc(msgspec.Struct, rename="camel"):
     in_flight: dict[str, _HoldsDoc]
     placement: _PlacementDoc
     node_reports: dict[str, _ReportDoc] | None = None
+    resource_names: list[str] | None = None  # absent from an extender of one size
+    sizes: dict[str, _SizeDoc] = {}
+
+
+def _holds(doc: Mapping[str, _HoldsDoc]) -> dict[str, NodeHolds]:
+    return {n: NodeHolds(h.hugepage_bytes, h.cpu_millis, h.pods) for n, h in doc.items()}
 
 
 def _policy(document: _PolicyDoc) -> Policy:
@@ -189,11 +215,13 @@ def parse_state_report(body: bytes) -> ExtenderState:
         namespace=doc.namespace,
         policy=_policy(doc.policy),
         exempt=doc.exempt,
-        holds={n: NodeHolds(h.hugepage_bytes, h.cpu_millis, h.pods) for n, h in doc.in_flight.items()},
+        holds=_holds(doc.in_flight),
         placement=placement,
         node_reports=None
         if doc.node_reports is None
         else {n: NodeReport(r.outside_pods_bytes, r.age_seconds, r.stale) for n, r in doc.node_reports.items()},
+        resource_names=tuple(doc.resource_names or (doc.resource_name,)),
+        more_holds={name: _holds(size.in_flight) for name, size in doc.sizes.items()},
     )
 
 
@@ -226,6 +254,7 @@ class NodeRow:
     in_flight_pods: int
     free_bytes: int
     report_age_seconds: float | None  # None: no report (or the extender was not asked)
+    resource: str = ""  # the pool's size (hugepages-2Mi, hugepages-1Gi), when the extender guards several
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -235,8 +264,9 @@ def node_rows(
     accounts: Mapping[str, NodeAccount],
     holds: Mapping[str, NodeHolds],
     reports: Mapping[str, NodeReport] | None = None,
+    resource: str = "",
 ) -> list[NodeRow]:
-    """The per-node table, nodes with a pool first (by name), then those without."""
+    """The per-node table of one size's pools (``resource``), nodes with a pool first (by name), then those without."""
     rows = []
     for name, account in with_holds(accounts, holds).items():
         size = account.page_size
@@ -251,6 +281,7 @@ def node_rows(
                 in_flight_pods=holds[name].pods if name in holds else 0,
                 free_bytes=account.free_pages * size,
                 report_age_seconds=report.age_seconds if report is not None else None,
+                resource=resource,
             )
         )
     rows.sort(key=lambda r: (r.pool_bytes == 0, r.node))
@@ -287,12 +318,16 @@ _NODE_COLUMNS = ("NODE", "POOL", "PODS", "OUTSIDE PODS", "IN FLIGHT", "FREE", "R
 
 
 def render_node_rows(rows: Iterable[NodeRow], *, with_extender: bool) -> str:
-    cells = [_NODE_COLUMNS]
+    """The table; a SIZE column after NODE when the rows are of several sizes."""
+    rows = list(rows)
+    sized = len({r.resource for r in rows}) > 1
+    cells: list[tuple[str, ...]] = [("NODE", "SIZE", *_NODE_COLUMNS[1:]) if sized else _NODE_COLUMNS]
     for r in rows:
         inflight = f"{format_bytes(r.in_flight_bytes)} ({r.in_flight_pods})" if with_extender else "?"
         cells.append(
             (
                 r.node,
+                *((r.resource,) if sized else ()),
                 format_bytes(r.pool_bytes),
                 format_bytes(r.pods_bytes),
                 format_bytes(r.outside_pods_bytes),
@@ -301,7 +336,7 @@ def render_node_rows(rows: Iterable[NodeRow], *, with_extender: bool) -> str:
                 format_age(r.report_age_seconds),
             )
         )
-    widths = [max(len(row[i]) for row in cells) for i in range(len(_NODE_COLUMNS))]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     if not with_extender:
         lines += ["", "IN FLIGHT: ask the extender (--extender URL) for the placements it holds in flight"]

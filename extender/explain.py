@@ -10,10 +10,14 @@ without the pod's own hold, plus the running extender's holds. Then the same
 Per-node figures are for operators (this table, logs, metrics), never
 for pod events. With the node agents' records it shows, per node, what the
 node itself reported and how old that is, and whether the extender used it.
+
+A pod asking pages of several sizes gets one table per size and, per node, the
+verdict the filter gives over them all (``decision.size_verdict``, the filter's own).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
@@ -21,6 +25,7 @@ import msgspec
 
 from extender.capacity import UNKNOWN_ACCOUNT, Fit, NodeAccount, fits, hugepages_for
 from extender.cluster import ClusterState
+from extender.decision import Reasons, SizeView, size_verdict
 from extender.diagnostics import NodeHolds, with_holds
 from extender.objects import Pod
 from extender.podrequest import PodDemand
@@ -67,11 +72,17 @@ class Explanation:
     node_report_max_age_seconds: float | None = None
     # Where the figures came from, one line each above the table, e.g. {"in flight": "the extender at https://..."}.
     sources: Mapping[str, str] = field(default_factory=dict)
+    # A pod of several sizes: the tables of the further sizes it needs, and per node the verdict over
+    # every size, with the size it comes from: {node: {"verdict": ..., "resourceName": ...}}.
+    more: tuple[Explanation, ...] = ()
+    verdicts: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
         if not self.nodes:
             return "no candidate nodes"
+        if self.more:
+            return self._summary_of_sizes()
         admitted = sum(1 for n in self.nodes if n.verdict in _ADMITTED)
         if admitted:
             return f"{admitted} of {len(self.nodes)} nodes can hold the pod"
@@ -87,6 +98,15 @@ class Explanation:
             "no compatible node: every node has no pool, or a pool (less pages held outside pods) "
             "smaller than the pod's need"
         )
+
+    def _summary_of_sizes(self) -> str:
+        sizes = " and ".join(e.resource_name for e in (self, *self.more))
+        admitted = sum(1 for v in self.verdicts.values() if v["verdict"] in _ADMITTED)
+        if admitted:
+            return f"{admitted} of {len(self.verdicts)} nodes can hold the pod ({sizes})"
+        if any(v["verdict"] not in _UNRESOLVABLE for v in self.verdicts.values()):
+            return f"no node with room in every pool the pod needs ({sizes}): pools are in use (add nodes or wait)"
+        return f"no compatible node: every node lacks a pool the pod needs ({sizes}), or it is too small"
 
     @property
     def fallback(self) -> str:
@@ -172,30 +192,49 @@ def explain_pod(
     pod: Pod,
     names: Iterable[str] | None = None,
     *,
-    holds: Mapping[str, NodeHolds] | None = None,
+    holds: Mapping[str, Mapping[str, NodeHolds]] | None = None,
     sources: Mapping[str, str] | None = None,
 ) -> Explanation:
     """Why ``pod`` fits, or not, on each of ``names`` (None: every node the state knows), judged
-    from ``state`` as the filter judges it (``verbs.ExtenderVerbs.filter``). ``holds``: the
-    running extender's placements in flight per node, the pod's own left out, when the state
-    is a reading of the API and not the extender's own."""
+    from ``state`` as the filter judges it (``verbs.ExtenderVerbs.filter``): one table per size
+    the pod needs (the first size guarded when it needs none). ``holds``: the running extender's
+    placements in flight per size and node, the pod's own left out, when the state is a reading
+    of the API and not the extender's own."""
     state.expire_reports()
     policy = state.policy_for(pod.metadata.namespace)
-    view, _, _ = state.view_for(policy)
-    accounts = state.accounts_without(pod.metadata.uid, view)
-    if holds:
-        accounts = with_holds(accounts, holds)
+    demand = state.demand_of(pod)
+    nodes = sorted(state.accounts) if names is None else list(names)
     max_age = policy.node_report_max_age_seconds
-    return explain(
-        f"{pod.metadata.namespace}/{pod.metadata.name}",
-        state.demand_of(pod),
-        sorted(state.accounts) if names is None else names,
-        resource_name=state.resource_name,
-        accounts=accounts,
-        policy=policy,
-        sources=sources,
-        reports=lambda name: state.report_view(name, max_age),
-    )
+    tables: list[Explanation] = []
+    views: list[SizeView] = []
+    for index in demand.sizes_needed or (0,):
+        size = state.sizes[index]
+        view, _, _ = size.view_for(policy)
+        accounts = size.accounts_without(pod.metadata.uid, view)
+        if holds and holds.get(size.resource_name):
+            accounts = with_holds(accounts, holds[size.resource_name])
+        tables.append(
+            explain(
+                f"{pod.metadata.namespace}/{pod.metadata.name}",
+                demand.of_size(index),
+                nodes,
+                resource_name=size.resource_name,
+                accounts=accounts,
+                policy=policy,
+                sources=sources,
+                reports=lambda name, size=size: size.report_view(name, max_age),  # type: ignore[misc]
+            )
+        )
+        views.append(SizeView(demand.of_size(index).hugepage_bytes, accounts, Reasons.for_resource(size.resource_name)))
+    first, *more = tables
+    if not more:
+        return first
+    numa = policy.numa_aligned and demand.guaranteed
+    verdicts = {}
+    for name in nodes:
+        verdict, size_view = size_verdict(views, name, numa=numa)
+        verdicts[name] = {"verdict": verdict.value, "resourceName": tables[views.index(size_view)].resource_name}
+    return dataclasses.replace(first, more=tuple(more), verdicts=verdicts)
 
 
 _COLUMNS = ("NODE", "POOL", "USED", "RESERVED", "IN FLIGHT", "FREE", "NEED", "VERDICT", "LOAD", "SCORE", "AGENT RECORD")
@@ -211,6 +250,18 @@ def _record_cell(n: NodeExplanation) -> str:
 
 
 def render_table(explanation: Explanation) -> str:
+    """The table of each size the pod needs, then the verdict over every size and the summary."""
+    if not explanation.more:
+        return _render_size(explanation)
+    e = explanation
+    lines = [_render_size(size, with_summary=False) + "\n" for size in (e, *e.more)]
+    lines.append("every size the pod needs, per node:")
+    lines += [f"  {node}: {v['verdict']} ({v['resourceName']})" for node, v in e.verdicts.items()]
+    lines += ["", e.summary]
+    return "\n".join(lines)
+
+
+def _render_size(explanation: Explanation, *, with_summary: bool = True) -> str:
     e = explanation
     lines = [
         f"pod {e.pod}: needs {e.need_bytes} bytes of {e.resource_name}, {e.cpu_millis}m CPU; mode {e.mode}",
@@ -237,7 +288,8 @@ def render_table(explanation: Explanation) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(_COLUMNS))]
     for row in cells:
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-    lines += ["", e.summary]
+    if with_summary:
+        lines += ["", e.summary]
     if e.fallback:
         lines.append(e.fallback)
     return "\n".join(lines)

@@ -228,11 +228,11 @@ class Metrics:
         self.pods.set_function(lambda: float(state.pod_count))
         self.holds.set_function(lambda: float(state.hold_count))
 
-    def watch_pools(self, resource_name: str, accounts: Callable[[], Iterable[NodeAccount]]) -> None:
-        """The cluster's pools summed at scrape time (one pass over the node accounts)."""
+    def watch_pools(self, pools: Mapping[str, Callable[[], Iterable[NodeAccount]]]) -> None:
+        """The cluster's pools summed at scrape time (one pass over each size's node accounts), by size."""
         if self._pools is not None:  # a second app over the same metrics: the newest state wins
             self.registry.unregister(self._pools)
-        self._pools = _PoolCollector(resource_name, accounts)
+        self._pools = _PoolCollector(pools)
         self.registry.register(self._pools)
 
     def watch_waiting(self, summary: Callable[[], Waiting]) -> None:
@@ -249,25 +249,25 @@ POOL_HELD = "hugepage_extender_pool_held_bytes"
 
 
 class _PoolCollector(Collector):
-    def __init__(self, resource_name: str, accounts: Callable[[], Iterable[NodeAccount]]) -> None:
-        self._resource = resource_name
-        self._accounts = accounts
+    def __init__(self, pools: Mapping[str, Callable[[], Iterable[NodeAccount]]]) -> None:
+        self._pools = dict(pools)
 
     def collect(self) -> Iterable[Metric]:
-        totals = pool_totals(self._accounts())
         capacity = GaugeMetricFamily(
             POOL_CAPACITY, "Hugepage pool of every node summed (allocatable).", labels=["resource"]
         )
-        capacity.add_metric([self._resource], float(totals.capacity_bytes))
         held = GaugeMetricFamily(
             POOL_HELD,
             "Hugepage pool held, summed over nodes: by pods' requests, outside pods (node reports), "
             "by placements in flight.",
             labels=["resource", "holder"],
         )
-        held.add_metric([self._resource, "pods"], float(totals.pods_bytes))
-        held.add_metric([self._resource, "outside_pods"], float(totals.outside_pods_bytes))
-        held.add_metric([self._resource, "in_flight"], float(totals.in_flight_bytes))
+        for resource, accounts in self._pools.items():
+            totals = pool_totals(accounts())
+            capacity.add_metric([resource], float(totals.capacity_bytes))
+            held.add_metric([resource, "pods"], float(totals.pods_bytes))
+            held.add_metric([resource, "outside_pods"], float(totals.outside_pods_bytes))
+            held.add_metric([resource, "in_flight"], float(totals.in_flight_bytes))
         return [capacity, held]
 
     def describe(self) -> Iterable[Metric]:

@@ -30,6 +30,7 @@ class NodeCapacity(msgspec.Struct, frozen=True, gc=False):
     cpu_millis: int
     annotated: bool = False  # the annotation is set (and readable): it overrides the agent's record
     ignored: str = ""  # why the annotation was not read ("malformed", "absurd"), for the metric
+    more: tuple[NodeCapacity, ...] = ()  # the same for each further size guarded (ClusterState.sizes)
 
 
 def node_capacity(node: Node, resource_name: str, page_size: int) -> NodeCapacity:

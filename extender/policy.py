@@ -49,6 +49,8 @@ class Policy:
     alpha: float = field(default=0.5, metadata={"minimum": 0})
     hold_timeout_seconds: float = field(default=30.0, metadata={"exclusiveMinimum": 0})
     need_from_memory: bool = False
+    # The size (one of resourceNames) a need derived from memory draws from; "": the first one.
+    need_from_memory_resource: str = field(default="", metadata={"pattern": "^(hugepages-[0-9]+[KMGT]i)?$"})
     # older node-agent records: requests-only accounting
     node_report_max_age_seconds: float = field(default=1800.0, metadata={"exclusiveMinimum": 0})
     numa_aligned: bool = False  # Guaranteed pods need one NUMA node with the pages (single-numa-node nodes)
@@ -91,9 +93,12 @@ POLICY_KEYS: dict[str, str] = {f.name: config_key(f.name) for f in POLICY_FIELDS
 
 
 def field_type(name: str) -> type:
-    """A ``Policy`` field's value type (``int``, ``float``, ``bool``, ``Mode``, ``Widening``)."""
+    """A ``Policy`` field's value type (``int``, ``float``, ``bool``, ``str``, ``Mode``, ``Widening``)."""
     kind: type = typing.get_type_hints(Policy)[name]
     return kind
+
+
+_META = {"minimum": "ge", "exclusiveMinimum": "gt", "pattern": "pattern"}  # JSON Schema's word -> msgspec's
 
 
 @functools.cache
@@ -105,8 +110,8 @@ def policy_fields_struct(*, forbid_unknown_fields: bool) -> type[msgspec.Struct]
     for f in POLICY_FIELDS:
         kind: Any = field_type(f.name)
         if f.metadata:
-            bounds = {"ge" if bound == "minimum" else "gt": value for bound, value in f.metadata.items()}
-            kind = Annotated[kind, msgspec.Meta(**bounds)]
+            meta = {_META[bound]: value for bound, value in f.metadata.items()}
+            kind = Annotated[kind, msgspec.Meta(**meta)]
         fields.append((f.name, kind | None, None))
     return msgspec.defstruct(
         "PolicyFields",

@@ -84,4 +84,6 @@ def _merged(a: ExtenderState, b: ExtenderState) -> ExtenderState:
         holds={**a.holds, **b.holds},
         placement=a.placement,
         node_reports=reports,
+        resource_names=a.resource_names,
+        more_holds={name: {**held, **b.more_holds.get(name, {})} for name, held in a.more_holds.items()},
     )

@@ -61,6 +61,18 @@ def priorities(
 ) -> npt.NDArray[np.int64]:
     """``priority(node_load(...))`` for many nodes at once, with the same arithmetic in
     the same order, so every score equals the scalar one (a property test holds them equal)."""
+    return priorities_of(loads(demand, slots, columns, policy))
+
+
+def priorities_of(load: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """``priority`` of many loads at once."""
+    return np.floor(MAX_PRIORITY * (1.0 - np.minimum(load, 1.0)) + 0.5).astype(np.int64)
+
+
+def loads(
+    demand: PodDemand, slots: npt.NDArray[np.intp], columns: NodeColumns, policy: Policy
+) -> npt.NDArray[np.float64]:
+    """``node_load(...)`` for many nodes at once, with the same arithmetic in the same order."""
     page = columns.column("page_size")[slots]
     total = columns.column("total_pages")[slots]
     cpus = columns.column("cpu_millis")[slots]
@@ -78,7 +90,8 @@ def priorities(
             has_pool = (total > 0) & (page > 0)
             memory = np.where(has_pool, load_pages / np.where(has_pool, total, 1), NO_POOL_LOAD)
             load = np.maximum(load, memory)
-    return np.floor(MAX_PRIORITY * (1.0 - np.minimum(load, 1.0)) + 0.5).astype(np.int64)
+    result: npt.NDArray[np.float64] = load
+    return result
 
 
 def priority(load: float) -> int:

@@ -17,7 +17,7 @@ import signal
 import ssl
 import time
 import zlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -220,7 +220,7 @@ def _answer(body: bytes) -> web.StreamResponse:
 
 
 class EventRecorder(Protocol):
-    def no_fit(self, pod: Pod, decision: FilterDecision, need_bytes: int) -> None: ...
+    def no_fit(self, pod: Pod, decision: FilterDecision, needs: Sequence[tuple[str, int]]) -> None: ...
 
 
 class Nudger(Protocol):
@@ -338,6 +338,10 @@ class Extender:
             placement=self.config.placement,
             holds=holds_per_node(self.state.holds(), nodes, exclude_uid=query.get("excludePod", "")),
             node_reports=self._node_reports(nodes, self.config.policy_for(namespace)),
+            more_holds={
+                size.resource_name: holds_per_node(size.holds(), nodes, exclude_uid=query.get("excludePod", ""))
+                for size in self.state.sizes[1:]
+            },
         )
         return web.json_response(report, headers={"Cache-Control": "no-store"})
 
@@ -457,7 +461,8 @@ class Extender:
         if self.events is not None and result.shown:
             # Only on pods the watch shows: a made-up pod must not make the extender post
             # Events into any namespace under its own identity.
-            self.events.no_fit(pod, decision, demand.hugepage_bytes)
+            needs = zip(self.config.resource_names, (demand.hugepage_bytes, *demand.more_bytes), strict=False)
+            self.events.no_fit(pod, decision, [(name, need) for name, need in needs if need > 0])
 
 
 class Begun:
@@ -706,7 +711,10 @@ def create_app(extender: Extender) -> web.Application:
     app[BEGUN] = begun = Begun()
     extender.metrics.watch_state(extender.state)
     # A lambda, not the bound method: a relist replaces the accounts dict.
-    extender.metrics.watch_pools(extender.config.resource_name, lambda: extender.state.accounts.values())  # noqa: PLW0108
+    # Read at scrape time through the state: a relist replaces its accounts dict.
+    extender.metrics.watch_pools(
+        {size.resource_name: (lambda size=size: size.accounts.values()) for size in extender.state.sizes}  # type: ignore[misc]
+    )
     extender.metrics.watch_waiting(lambda: extender.waiting.summary(time.monotonic()))
     for verb, handler in (("filter", extender.filter), ("prioritize", extender.prioritize), ("bind", extender.bind)):
         app.router.add_post(f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes, begun))

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import msgspec
 
-from extender.capacity import NodeAccount
 from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import (
@@ -34,8 +33,11 @@ from extender.decision import (
     HostScores,
     Outcome,
     Reasons,
+    SizeView,
     filter_nodes,
+    filter_sizes,
     prioritize_nodes,
+    prioritize_sizes,
 )
 from extender.holds import HOLD_LIMIT
 from extender.objects import Pod
@@ -88,7 +90,7 @@ class ExtenderVerbs:
     ) -> None:
         self.config = config
         self.state = state
-        self.reasons = Reasons.for_resource(config.resource_name)
+        self.size_reasons = tuple(Reasons.for_resource(name) for name in config.resource_names)
         self.hold_in_flight = hold_in_flight  # False only to measure what the holds are worth
         self.verify_holds = verify_holds  # a live cluster: holds need their pod shown by the watch
         self.rng = rng or random.Random()  # best-of-K draws; seedable for tests and the replay
@@ -140,33 +142,29 @@ class ExtenderVerbs:
             # A new attempt for this pod: its previous attempt's hold is over, and must not
             # count against the pod itself.
             self.state.release(uid)
-        # The namespace's view: its own nodeReportMaxAgeSeconds may judge records differently.
-        accounts, view_headroom, differs = self.state.view_for(policy)
-        headroom: Mapping[str, int] | None = view_headroom
-        if self._unverified_uids and self.state.owner_of(uid) == owner:
-            # A pod the watch shows: holds of pods it has not shown (yet) are not in its way.
-            unshown = [
-                u for u in self._unverified_uids if self.state.owner_of(u) is None and not self.state.is_bound(u)
-            ]
-            without = self.state.accounts_without_holds(unshown, accounts)
-            if without is not accounts:
-                accounts, headroom, differs = without, None, True
-        decision = filter_nodes(
-            demand,
-            candidates,
-            accounts=accounts,
-            policy=policy,
-            reasons=self.reasons,
-            rng=self.rng,
-            headroom=headroom,
-            # Brought up to date only when a decision reads them. They hold the defaults' view.
-            columns=None if differs else self.state.columns,
-        )
+        needed = demand.sizes_needed
+        if len(needed) <= 1:  # one size (or none): that size's accounts alone, as with one size guarded
+            index = needed[0] if needed else 0
+            view = self._size_view(index, demand, uid, owner, policy)
+            views = [view]
+            decision = filter_nodes(
+                demand.of_size(index),
+                candidates,
+                accounts=view.accounts,
+                policy=policy,
+                reasons=view.reasons,
+                rng=self.rng,
+                headroom=view.headroom,
+                columns=view.columns,
+            )
+        else:
+            views = [self._size_view(index, demand, uid, owner, policy) for index in needed]
+            decision = filter_sizes(demand, candidates, views=views, policy=policy, rng=self.rng)
         window_retry = 0
         if own and uid and decision.passed:
             self.window_retries.placed(uid)
         elif own and uid and enforce_entry and policy.mode is Mode.ENFORCE:
-            window_retry = self._window_retry(uid, demand, policy, decision, candidates, accounts, differs=differs)
+            window_retry = self._window_retry(uid, demand, policy, decision, candidates, views)
         if window_retry:
             return result(decision, window_retry=window_retry)  # no hold: no node was admitted
         if not own or not uid:
@@ -189,6 +187,24 @@ class ExtenderVerbs:
             held = self.state.hold(uid, decision.nodes_to_hold, demand, policy.hold_timeout_seconds)
         return result(decision, held)
 
+    def _size_view(self, index: int, demand: PodDemand, uid: str, owner: str, policy: Policy) -> SizeView:
+        """What the filter reads of one size's accounts for this pod."""
+        state = self.state.sizes[index]
+        # The namespace's view: its own nodeReportMaxAgeSeconds may judge records differently.
+        accounts, view_headroom, differs = state.view_for(policy)
+        headroom: Mapping[str, int] | None = view_headroom
+        if self._unverified_uids and self.state.owner_of(uid) == owner:
+            # A pod the watch shows: holds of pods it has not shown (yet) are not in its way.
+            unshown = [
+                u for u in self._unverified_uids if self.state.owner_of(u) is None and not self.state.is_bound(u)
+            ]
+            without = state.accounts_without_holds(unshown, accounts)
+            if without is not accounts:
+                accounts, headroom, differs = without, None, True
+        # The columns are brought up to date only when a decision reads them. They hold the defaults' view.
+        need = demand.of_size(index).hugepage_bytes
+        return SizeView(need, accounts, self.size_reasons[index], headroom, None if differs else state.columns)
+
     def prioritize_pod(self, pod: Pod, candidates: Sequence[str]) -> HostScores:
         """``prioritize`` for a pod as the scheduler sends it: its namespace's policy looked up once."""
         policy = self.config.policy_for(pod.metadata.namespace)
@@ -207,11 +223,20 @@ class ExtenderVerbs:
         """Scores as if the pod's own hold were not there: it is the pod being placed."""
         if policy is None:
             policy = self.config.policy_for(namespace)
-        view, _, _ = self.state.view_for(policy)
-        accounts = self.state.accounts_without(uid, view)
-        # The columns hold no overlay (they are brought up to date only when read).
-        columns = self.state.columns if accounts is self.state.accounts else None
-        return prioritize_nodes(demand, candidates, accounts=accounts, policy=policy, columns=columns)
+        views = []
+        for index in demand.sizes_needed or (0,):
+            state = self.state.sizes[index]
+            view, _, _ = state.view_for(policy)
+            accounts = state.accounts_without(uid, view)
+            # The columns hold no overlay (they are brought up to date only when read).
+            columns = state.columns if accounts is state.accounts else None
+            need = demand.of_size(index).hugepage_bytes
+            views.append(SizeView(need, accounts, self.size_reasons[index], columns=columns))
+        if len(views) == 1:
+            size = views[0]
+            of_size = PodDemand(size.need, demand.cpu_millis, demand.guaranteed) if demand.more_bytes else demand
+            return prioritize_nodes(of_size, candidates, accounts=size.accounts, policy=policy, columns=size.columns)
+        return prioritize_sizes(demand, candidates, views=views, policy=policy)
 
     def bind_refusal(self, uid: str, namespace: str, name: str, node: str) -> str | None:
         """Why this extender will not bind the pod to the node; None when it will.
@@ -255,21 +280,18 @@ class ExtenderVerbs:
         policy: Policy,
         decision: FilterDecision,
         candidates: Sequence[str],
-        accounts: Mapping[str, NodeAccount],
-        *,
-        differs: bool,
+        views: Sequence[SizeView],
     ) -> int:
         """The number of this window retry for a pod the enforce entry sent, 0 for none."""
         if decision.outcome not in _EVERY_CANDIDATE_REJECTED:
             return 0
         numa = policy.numa_aligned and demand.guaranteed
-        columns = None if differs else self.state.columns
         return self.window_retries.retry(
             uid,
             candidates=len(candidates),
             nodes=len(self.state.accounts),
             now=self.state.now(),
-            room=lambda: room_anywhere(demand.hugepage_bytes, accounts, numa=numa, columns=columns),
+            room=lambda: room_anywhere(views, numa=numa),
         )
 
     # -- who may hold --------------------------------------------------------------

@@ -25,10 +25,10 @@ A window retry is answered only when all of these hold; otherwise the answer is 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 
-from extender.capacity import NodeAccount, headroom_bytes, numa_headroom_bytes
-from extender.columns import NodeColumns
+from extender.capacity import headroom_bytes, numa_headroom_bytes
+from extender.decision import SizeView
 from extender.objects import Pod
 
 # The marker extended resource of the enforce entry (decision 0005; the chart's
@@ -69,21 +69,28 @@ def windows_to_cover(candidates: int, nodes: int) -> int:
     return -(-nodes // max(candidates, 1))
 
 
-def room_anywhere(
-    need: int, accounts: Mapping[str, NodeAccount], *, numa: bool, columns: NodeColumns | None = None
-) -> bool:
-    """Whether any node holds ``need`` bytes now. With ``columns`` (the same accounts), one numpy
-    comparison over the headroom column (slot 0, the unknown node, left out; free slots hold 0);
-    otherwise one pass over the accounts (a namespace's own view, a pod pinned to one NUMA node)."""
-    if columns is not None and not numa:
-        return bool((columns.column("headroom")[1:] >= need).any())
-    for account in accounts.values():
-        room = headroom_bytes(account)
-        if numa:
-            room = min(room, numa_headroom_bytes(account))
-        if room >= need:
-            return True
-    return False
+def room_anywhere(views: Sequence[SizeView], *, numa: bool) -> bool:
+    """Whether any node holds the pod now: each size's need (``views``, one per size the pod asks,
+    as the filter read them) in that size's pool. One size with its columns (the defaults' view):
+    one numpy comparison over the headroom column (slot 0, the unknown node, left out; free slots
+    hold 0); otherwise one pass over the nodes (a namespace's own view, a pod pinned to one NUMA
+    node, a pod of several sizes)."""
+    if not views:
+        return False
+    first = views[0]
+    if len(views) == 1 and first.columns is not None and not numa:
+        return bool((first.columns.column("headroom")[1:] >= first.need).any())
+    return any(all(_holds(view, name, numa=numa) for view in views) for name in first.accounts)
+
+
+def _holds(view: SizeView, name: str, *, numa: bool) -> bool:
+    account = view.accounts.get(name)
+    if account is None:
+        return False
+    room = headroom_bytes(account)
+    if numa:
+        room = min(room, numa_headroom_bytes(account))
+    return room >= view.need
 
 
 class WindowRetries:

@@ -162,5 +162,7 @@ def other_value(field_name: str) -> Any:
         return default + 2
     if kind is float:
         return default * 2 + 1.5
+    if kind is str:  # needFromMemoryResource: a size the default config guards
+        return "hugepages-2Mi"
     members: list[Any] = list(cast("type[StrEnum]", kind))  # Mode, Widening
     return members[(members.index(default) + 1) % len(members)]

@@ -105,7 +105,10 @@ def test_state_document_round_trips_and_holds_no_pod_identity() -> None:
         "inFlight",
         "placement",
         "nodeReports",
+        "resourceNames",
+        "sizes",
     ]
+    assert state.resource_names == ("hugepages-2Mi",)
     with pytest.raises(StateReportError, match="version 2"):
         parse_state_report(json.dumps({**document, "version": 2}).encode())
     with pytest.raises(StateReportError):
@@ -344,6 +347,8 @@ def test_explanation_json_keys_are_stable() -> None:
         "nodes",
         "node_report_max_age_seconds",
         "sources",
+        "more",
+        "verdicts",
         "summary",
         "fallback",
     ]

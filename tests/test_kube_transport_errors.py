@@ -38,7 +38,7 @@ def test_a_bind_the_api_server_never_gets_is_a_bind_error() -> None:
 
 def test_an_event_the_api_server_never_gets_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     metrics = Metrics()
-    events = PodEvents(_unreachable_api(), metrics, resource_name="hugepages-2Mi", instance="test")
+    events = PodEvents(_unreachable_api(), metrics, instance="test")
     pod = Pod(metadata=ObjectMeta(name="p", namespace="ns", uid="uid-1"))
     try:
         body = events._event(pod, "NoHugepageCapacity", "message")

@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 def exported_families() -> set[str]:
     metrics = Metrics()
     metrics.watch_state(ClusterState(Config()))
-    metrics.watch_pools("hugepages-2Mi", list)
+    metrics.watch_pools({"hugepages-2Mi": list})
     metrics.watch_reflectors({})
     return {family.name for family in metrics.registry.collect() if family.name.startswith("hugepage_extender_")}
 

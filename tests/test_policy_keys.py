@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -18,7 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from extender.cluster import ClusterState
-from extender.config import ConfigError, build_config
+from extender.config import FILE_KEYS, ConfigError, build_config
 from extender.diagnostics import StateReportError, parse_state_report
 from extender.metrics import Metrics
 from extender.policy import POLICY_FIELDS, POLICY_KEYS, Mode, Policy, policy_document, policy_from_document
@@ -95,3 +97,12 @@ def test_a_document_with_a_knob_out_of_bounds_is_refused() -> None:
         parse_state_report(msgspec.json.encode(state))
     with pytest.raises(ConfigError, match=r"namespaces\.ns\.nodeReportMaxAgeSeconds"):
         build_config({"namespaces": {"ns": {"nodeReportMaxAgeSeconds": 0}}}, {})
+
+
+def test_the_readmes_config_shows_every_key() -> None:
+    """The README's config file names every key the config reads: the file's own (``resourceNames``
+    among them) and every knob of ``Policy``."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    keys = [*FILE_KEYS, *POLICY_KEYS.values()]
+    missing = [key for key in keys if not re.search(rf"^\s*#?\s*{key}:", readme, re.MULTILINE)]
+    assert not missing, f"README.md's config does not show {missing}"

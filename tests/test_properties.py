@@ -10,7 +10,18 @@ from hypothesis import strategies as st
 
 from extender.capacity import Fit, NodeAccount, ceiling_bytes, fits, headroom_bytes, numa_headroom_bytes
 from extender.columns import NodeColumns
-from extender.decision import VECTOR_THRESHOLD, FilterDecision, Reasons, filter_nodes, prioritize_nodes
+from extender.decision import (
+    VECTOR_THRESHOLD,
+    FilterDecision,
+    Reasons,
+    SizeView,
+    filter_nodes,
+    filter_sizes,
+    prioritize_nodes,
+    prioritize_sizes,
+    size_load,
+    size_verdict,
+)
 from extender.namelist import NameList
 from extender.objects import ObjectMeta, Pod, PodSpec
 from extender.podrequest import PodDemand
@@ -308,3 +319,177 @@ def test_needs_and_pools_beyond_int64_decide_as_the_scalar_path() -> None:
             assert vector == filter_nodes(demand, names, headroom=table, **kwargs)  # type: ignore[arg-type]
         scores = prioritize_nodes(demand, names, accounts=cluster, policy=Policy(mode=Mode.ENFORCE), columns=columns)
         assert list(scores) == list(prioritize_nodes(demand, names, accounts=cluster, policy=Policy(mode=Mode.ENFORCE)))
+
+
+# --------------------------------------------------------------------------- every page size the pod needs
+
+GIB = 1 << 30
+REASONS_1G = Reasons.for_resource("hugepages-1Gi")
+
+
+@st.composite
+def gig_accounts(draw: st.DrawFn) -> NodeAccount:
+    """A node's 1 GiB pool: a few pages, as such pools are."""
+    total = draw(st.integers(0, 16))
+    return NodeAccount(
+        page_size=draw(st.sampled_from([GIB, GIB, GIB, 0])),
+        total_pages=total,
+        used_pages=draw(st.integers(0, 18)),
+        reserved_pages=draw(st.integers(0, 4)),
+        held_bytes=draw(st.integers(0, 6)) * GIB,
+        cpu_millis=draw(st.integers(0, 64_000)),
+        cpu_requested_millis=draw(st.integers(0, 64_000)),
+        numa_free_pages=draw(st.one_of(st.just(-1), st.integers(0, 16))),
+    )
+
+
+two_size_clusters = st.dictionaries(
+    st.text("abcdefgh", min_size=1, max_size=4), st.tuples(accounts(), gig_accounts()), max_size=25
+)
+
+
+def _views(cluster: dict[str, tuple[NodeAccount, NodeAccount]], need_2m: int, need_1g: int) -> list[SizeView]:
+    small = {name: pair[0] for name, pair in cluster.items()}
+    large = {name: pair[1] for name, pair in cluster.items()}
+    return [SizeView(need_2m, small, REASONS), SizeView(need_1g, large, REASONS_1G)]
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    cluster=two_size_clusters,
+    need_2m=st.integers(1, 500 * PAGE),
+    need_1g=st.integers(1, 8 * GIB),
+    policy=policies,
+    seed=st.integers(),
+    numa=st.booleans(),
+)
+def test_a_pod_of_two_sizes_is_admitted_only_where_each_pool_holds_it(  # noqa: PLR0917 (hypothesis)
+    cluster: dict[str, tuple[NodeAccount, NodeAccount]],
+    need_2m: int,
+    need_1g: int,
+    policy: Policy,
+    seed: int,
+    numa: bool,
+) -> None:
+    policy = dataclasses.replace(policy, numa_aligned=numa)
+    demand = PodDemand(need_2m, 500, guaranteed=True, more_bytes=(need_1g,))
+    views = _views(cluster, need_2m, need_1g)
+    names = list(cluster)
+    decision = filter_sizes(demand, names, views=views, policy=policy, rng=random.Random(seed))
+    both = {
+        name
+        for name, (small, large) in cluster.items()
+        if fits(small, need_2m, numa_aligned=numa).admits and fits(large, need_1g, numa_aligned=numa).admits
+    }
+    assert set(decision.passed) <= both
+    if policy.sample_size == 0 or policy.widening is Widening.FULLSCAN:
+        assert bool(decision.passed) == bool(both)  # fullscan and K = 0 never fail while a node fits
+    if policy.sample_size == 0:
+        assert list(decision.passed) == [n for n in names if n in both]
+    for name, reason in {**decision.failed, **decision.unresolvable}.items():
+        if reason == REASONS.not_sampled:
+            continue
+        verdict, view = size_verdict(views, name, numa=numa)
+        assert reason == view.reasons.of(verdict)
+        assert (name in decision.unresolvable) == verdict.unresolvable
+    # Ranking agrees with admission: every admitted node's tightest pool is within 1 at alpha 0.
+    scores = dict(prioritize_sizes(demand, decision.passed, views=views, policy=policy))
+    for name in decision.passed:
+        small, large = cluster[name]
+        for account, need in ((small, need_2m), (large, need_1g)):
+            if account.has_pool:
+                assert hugepage_load(account, PodDemand(need, 0), alpha=0.0) <= 1.0
+        assert scores[name] == priority(size_load(views, name, demand, policy))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(cluster=clusters, demand=demands, policy=policies, seed=st.integers())
+def test_one_size_through_filter_sizes_is_filter_nodes(
+    cluster: dict[str, NodeAccount], demand: PodDemand, policy: Policy, seed: int
+) -> None:
+    """A pod of one size (in a cluster of several) is decided and scored by the one-size code itself."""
+    names = list(cluster)
+    view = SizeView(demand.hugepage_bytes, cluster, REASONS)
+    alone = filter_nodes(demand, names, accounts=cluster, policy=policy, reasons=REASONS, rng=random.Random(seed))
+    sized = filter_sizes(demand, names, views=[view], policy=policy, rng=random.Random(seed))
+    assert sized == alone
+    scored = prioritize_sizes(demand, names, views=[view], policy=policy)
+    assert list(scored) == list(prioritize_nodes(demand, names, accounts=cluster, policy=policy))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(cluster=clusters, demand=demands, policy=policies, seed=st.integers())
+def test_a_size_every_node_can_hold_changes_no_decision(
+    cluster: dict[str, NodeAccount], demand: PodDemand, policy: Policy, seed: int
+) -> None:
+    """The two-size path over a second size with room everywhere decides as the one-size path: the
+    node-by-node judgement of several sizes is the reference's, only combined."""
+    policy = dataclasses.replace(policy, sample_size=0)  # every candidate: no draws to line up
+    names = list(cluster)
+    roomy = {name: NodeAccount(page_size=GIB, total_pages=64, cpu_millis=a.cpu_millis) for name, a in cluster.items()}
+    views = [SizeView(demand.hugepage_bytes, cluster, REASONS), SizeView(GIB, roomy, REASONS_1G)]
+    alone = filter_nodes(demand, names, accounts=cluster, policy=policy, reasons=REASONS, rng=random.Random(seed))
+    sized = filter_sizes(demand, names, views=views, policy=policy, rng=random.Random(seed))
+    assert list(sized.passed) == list(alone.passed)
+    assert dict(sized.failed) == dict(alone.failed)
+    assert dict(sized.unresolvable) == dict(alone.unresolvable)
+    assert sized.outcome == alone.outcome
+
+
+def _columns_of(accounts: dict[str, NodeAccount]) -> NodeColumns:
+    columns = NodeColumns(capacity=2)
+    for name, account in accounts.items():
+        columns.put(name, account)
+    return columns
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    cluster=two_size_clusters,
+    need_2m=st.integers(1, 500 * PAGE),
+    need_1g=st.integers(1, 8 * GIB),
+    policy=policies,
+    mode=st.sampled_from([Mode.ENFORCE, Mode.SHADOW]),
+    picks=st.lists(st.integers(0, 30), min_size=VECTOR_THRESHOLD + 1, max_size=150),
+    in_place=st.booleans(),
+    seed=st.integers(),
+)
+def test_two_sizes_on_the_columns_decide_and_score_as_node_by_node(  # noqa: PLR0917 (hypothesis)
+    cluster: dict[str, tuple[NodeAccount, NodeAccount]],
+    need_2m: int,
+    need_1g: int,
+    policy: Policy,
+    mode: Mode,
+    picks: list[int],
+    in_place: bool,
+    seed: int,
+) -> None:
+    """The numpy path of a pod of two sizes (each size's columns, combined) is the node-by-node one:
+    every candidate examined, a best-of-K scan that finds no node at all, and the scores."""
+    known = sorted(cluster)
+    names = [known[p] if p < len(known) else f"unknown-{p}" for p in picks]
+    candidates: Sequence[str] = names
+    if in_place:
+        read = NameList.read(msgspec.json.encode(names))
+        assert read is not None
+        candidates = read
+    demand = PodDemand(need_2m, 500, more_bytes=(need_1g,))
+    plain = _views(cluster, need_2m, need_1g)
+    columned = [dataclasses.replace(v, columns=_columns_of(dict(v.accounts))) for v in plain]
+    every = Policy(mode=mode, sample_size=0)
+    vector = filter_sizes(demand, candidates, views=columned, policy=every, rng=random.Random(1))
+    scalar = filter_sizes(demand, names, views=plain, policy=every, rng=random.Random(1))
+    assert list(vector.passed) == list(scalar.passed)
+    assert dict(vector.failed) == dict(scalar.failed)
+    assert dict(vector.unresolvable) == dict(scalar.unresolvable)
+    assert dataclasses.replace(vector, passed=[], failed={}, unresolvable={}) == dataclasses.replace(
+        scalar, passed=[], failed={}, unresolvable={}
+    )
+    # Best-of-K: the same nodes kept (the same draws), or the same full answer when none fits.
+    sampled_v = filter_sizes(demand, candidates, views=columned, policy=policy, rng=random.Random(seed))
+    sampled_s = filter_sizes(demand, names, views=plain, policy=policy, rng=random.Random(seed))
+    assert set(sampled_v.passed) == set(sampled_s.passed)
+    assert sampled_v.outcome == sampled_s.outcome
+    scores_v = prioritize_sizes(demand, candidates, views=columned, policy=policy)
+    scores_s = prioritize_sizes(demand, names, views=plain, policy=policy)
+    assert scores_v.scores.tolist() == scores_s.scores.tolist()

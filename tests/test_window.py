@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from extender.config import build_config
+from extender.decision import Reasons, SizeView
 from extender.objects import Pod
 from extender.server import WINDOW_RETRY_MESSAGE, create_app
 from extender.verbs import ExtenderVerbs
@@ -74,17 +75,32 @@ def test_runs_are_remembered_for_a_bounded_number_of_pods() -> None:
     assert len(retries) == 2
 
 
+def size(need: int, accounts: Any, columns: Any = None) -> SizeView:
+    return SizeView(need, accounts, Reasons.for_resource("hugepages-2Mi"), None, columns)
+
+
 def test_room_anywhere_on_columns_agrees_with_the_accounts() -> None:
+    need = 2 * 1024**2
     state = make_state(None, [make_node(f"n{i}", hugepages="1Gi", reserved="1Gi") for i in range(3)])
     accounts = state.accounts
-    assert not room_anywhere(2 * 1024**2, accounts, numa=False)
-    assert not room_anywhere(2 * 1024**2, accounts, numa=False, columns=state.columns)
+    assert not room_anywhere([size(need, accounts)], numa=False)
+    assert not room_anywhere([size(need, accounts, state.columns)], numa=False)
     state.apply_node(make_node("n1", hugepages="1Gi"))
-    assert room_anywhere(2 * 1024**2, state.accounts, numa=False)
-    assert room_anywhere(2 * 1024**2, state.accounts, numa=False, columns=state.columns)
+    assert room_anywhere([size(need, state.accounts)], numa=False)
+    assert room_anywhere([size(need, state.accounts, state.columns)], numa=False)
     pinned = {"n": make_account(512, numa_free=0)}  # the pool is free, no NUMA node has a page
-    assert room_anywhere(2 * 1024**2, pinned, numa=False)
-    assert not room_anywhere(2 * 1024**2, pinned, numa=True)
+    assert room_anywhere([size(need, pinned)], numa=False)
+    assert not room_anywhere([size(need, pinned)], numa=True)
+
+
+def test_room_anywhere_for_a_pod_of_two_sizes_needs_one_node_with_both() -> None:
+    need = 2 * 1024**2
+    small = {"a": make_account(512), "b": make_account(0)}  # 2Mi room on a only
+    large = {"a": make_account(0), "b": make_account(512)}  # the other size's room on b only
+    assert not room_anywhere([size(need, small), size(need, large)], numa=False)
+    large["a"] = make_account(512)
+    assert room_anywhere([size(need, small), size(need, large)], numa=False)
+    assert not room_anywhere([], numa=False)
 
 
 def marked(pod: Pod, marker: str = ENFORCE_MARKER) -> Pod:

@@ -250,7 +250,10 @@ def test_shadow_pending_and_full_pools_fire(cell: Cell, rules: Path, tmp_path: P
                 {"severity": "info", "namespace": "hugepage-extender", "pod_namespace": shadow},
             ),
             Expected("HugepagePodsPendingTooLong", {"severity": "warning", "namespace": "hugepage-extender"}),
-            Expected("HugepagePoolsNearlyFull", {"severity": "warning", "namespace": "hugepage-extender"}),
+            Expected(
+                "HugepagePoolsNearlyFull",
+                {"severity": "warning", "namespace": "hugepage-extender", "resource": "hugepages-2Mi"},
+            ),
         ],
         quiet=["HugepageExtenderDown", "HugepageExtenderNotReady", "HugepageExtenderFilterErrors"],
     )

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -29,17 +30,22 @@ REASON_NO_CAPACITY = "NoHugepageCapacity"
 REASON_NO_COMPATIBLE = "NoCompatibleNode"
 
 
-def event_for(outcome: Outcome, resource_name: str, need_bytes: int) -> tuple[str, str]:
-    """The reason and message for a filter outcome that left no node."""
-    need = _human_bytes(need_bytes)
+def event_for(
+    outcome: Outcome, resource_name: str, need_bytes: int, more: Sequence[tuple[str, int]] = ()
+) -> tuple[str, str]:
+    """The reason and message for a filter outcome that left no node; ``more``: the further
+    sizes the pod needs, (resource, bytes) each."""
+    need = " and ".join(f"{_human_bytes(n)} of {r}" for r, n in ((resource_name, need_bytes), *more))
+    pools = "those pools" if more else f"{resource_name} pools"
     if outcome is Outcome.NO_COMPATIBLE_NODE:
+        lacks = "lacks one of those pools" if more else f"has no {resource_name} pool"
         return REASON_NO_COMPATIBLE, (
-            f"No candidate node can ever hold this pod's {need} of {resource_name}: every node has no pool, or a "
+            f"No candidate node can ever hold this pod's {need}: every node {lacks}, or a "
             "pool (less pages held outside pods) smaller than the request, or no node passed the scheduler's other "
             "checks. Lower the request, or add nodes with larger pools."
         )
     return REASON_NO_CAPACITY, (
-        f"No node has {need} of {resource_name} free right now: pools are in use or held by placements in "
+        f"No node has {need} free right now: {pools} are in use or held by placements in "
         "flight. The scheduler retries; add capacity or free hugepages to place it sooner."
     )
 
@@ -59,22 +65,22 @@ class PodEvents:
         api: client.ApiClient,
         metrics: Metrics,
         *,
-        resource_name: str,
         instance: str,
         min_interval_seconds: float = 60.0,
         max_tracked_pods: int = 10_000,
     ) -> None:
         self._core = client.CoreV1Api(api)
         self._metrics = metrics
-        self._resource_name = resource_name
         self._instance = instance
         self._min_interval = min_interval_seconds
         self._max_tracked = max_tracked_pods
         self._last_posted: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
 
-    def no_fit(self, pod: Pod, decision: FilterDecision, need_bytes: int) -> None:
-        reason, message = event_for(decision.outcome, self._resource_name, need_bytes)
+    def no_fit(self, pod: Pod, decision: FilterDecision, needs: Sequence[tuple[str, int]]) -> None:
+        """``needs``: each size the pod asks for, (resource, bytes)."""
+        (resource_name, need_bytes), *more = needs
+        reason, message = event_for(decision.outcome, resource_name, need_bytes, more)
         key = (pod.metadata.uid, reason)
         now = time.monotonic()
         if now - self._last_posted.get(key, -self._min_interval) < self._min_interval:

@@ -21,10 +21,10 @@ from typing import Any
 
 from kubernetes import client
 
-from extender.cluster import ClusterState, PodRecord
+from extender.cluster import ClusterState, PodRecord, SizedReportRecord
 from extender.kube.reflector import Handlers, Reflector, Resource
 from extender.nodeinputs import NodeCapacity
-from extender.nodereport import GROUP, PLURAL, VERSION, ReportObject, ReportRecord, report_record
+from extender.nodereport import GROUP, PLURAL, VERSION, ReportObject
 from extender.objects import Node, Pod
 from extender.quantity import QuantityError
 
@@ -100,7 +100,7 @@ class ClusterInformer:
         if self._node_reports:
             self._expire_reports_every(loop, REPORT_EXPIRY_SECONDS)
             list_reports = functools.partial(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
-            reports: Reflector[ReportObject, ReportRecord] = Reflector(
+            reports: Reflector[ReportObject, SizedReportRecord] = Reflector(
                 Resource(PLURAL, list_reports, ReportObject, self._report_record),
                 Handlers(self._state.replace_reports, self._report_upserted, self._report_deleted),
                 post,
@@ -164,15 +164,15 @@ class ClusterInformer:
             log.warning("pod %s/%s: %s; counting it as holding nothing", meta.namespace, meta.name, error)
             return PodRecord(meta.uid, None, pod.is_terminal, f"{meta.namespace}/{meta.name}")
 
-    def _report_record(self, obj: ReportObject) -> ReportRecord:
-        return report_record(obj.metadata.name, obj.report_bytes, self._state.resource_name, self._state.page_size)
+    def _report_record(self, obj: ReportObject) -> SizedReportRecord:
+        return self._state.report_record(obj.metadata.name, obj.report_bytes)
 
     # -- run on the event loop ---------------------------------------------------
 
-    def _report_upserted(self, record: ReportRecord) -> None:
+    def _report_upserted(self, record: SizedReportRecord) -> None:
         self._state.apply_report(*record)
 
-    def _report_deleted(self, record: ReportRecord) -> None:
+    def _report_deleted(self, record: SizedReportRecord) -> None:
         self._state.remove_report(record[0])
 
     @staticmethod

@@ -121,7 +121,7 @@ def test_every_alert_has_a_runbook_section(helm: Helm, tmp_path: Path) -> None:
 
 def test_rules_read_only_exported_metrics(helm: Helm, tmp_path: Path) -> None:
     metrics = Metrics()
-    metrics.watch_pools("hugepages-2Mi", list)
+    metrics.watch_pools({"hugepages-2Mi": list})
     metrics.watch_state(ClusterState(Config()))
     exported = {family.name for family in metrics.registry.collect()}
     # Family names: counters are exported as <name>_total, histograms as _bucket/_sum/_count.

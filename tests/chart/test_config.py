@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from extender.cli import build_parser
-from extender.config import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_RESOURCE, Config, build_config
+from extender.config import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_RESOURCE, FILE_KEYS, Config, build_config
 from extender.policy import POLICY_FIELDS, POLICY_KEYS, Mode, Policy, Widening, field_type
 from tests.conftest import other_value
 
@@ -89,6 +89,22 @@ def test_per_namespace_flags_take_effect(
         assert getattr(policy, field) == value
 
 
+def test_resource_names_and_the_memory_size_reach_the_extender(helm: Helm) -> None:
+    config = rendered_config(
+        helm.template(
+            extra=[
+                "--set-json",
+                'config.resourceNames=["hugepages-2Mi","hugepages-1Gi"]',
+                "--set",
+                "config.namespaces.vms.needFromMemoryResource=hugepages-1Gi",
+            ]
+        )
+    )
+    assert config.resource_names == ("hugepages-2Mi", "hugepages-1Gi")
+    assert config.memory_index(config.policy_for("vms")) == 1
+    assert config.memory_index(config.policy_for("other")) == 0
+
+
 def test_namespaces_scenario(helm: Helm) -> None:
     config = rendered_config(helm.template(values=[CHART / "ci" / "namespaces-values.yaml"]))
     assert config.resource_name == "hugepages-1Gi"
@@ -121,19 +137,14 @@ def test_schema_policy_keys_types_and_bounds_are_the_extenders() -> None:
             kind = field_type(f.name)
             if kind in _JSON_TYPES:
                 assert entry["type"] == _JSON_TYPES[kind], f.name
+            elif kind is str:
+                assert entry["type"] == "string", f.name
             else:
                 members = [member.value for member in cast("type[StrEnum]", kind)]
                 assert (entry["type"], entry["enum"]) == ("string", members), f.name
-            bounds = {bound: entry[bound] for bound in ("minimum", "exclusiveMinimum") if bound in entry}
+            bounds = {bound: entry[bound] for bound in ("minimum", "exclusiveMinimum", "pattern") if bound in entry}
             assert bounds == dict(f.metadata), f.name
-    assert set(config) == {
-        "resourceName",
-        "maxRequestBytes",
-        "maxBufferedBytes",
-        "maxConnections",
-        "defaults",
-        "namespaces",
-    }
+    assert set(config) == set(FILE_KEYS)
 
 
 @pytest.mark.parametrize("name", [f.name for f in POLICY_FIELDS])

@@ -50,7 +50,7 @@ def exported_series() -> set[str]:
     metrics.binds.labels("bound").inc()
     metrics.events.labels("FailedScheduling").inc()
     metrics.shadow_rejected_pods.labels("payments").inc()
-    metrics.watch_pools("hugepages-2Mi", list)
+    metrics.watch_pools({"hugepages-2Mi": list})
     metrics.watch_state(ClusterState(Config()))
     text = generate_latest(metrics.registry).decode()
     return {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}

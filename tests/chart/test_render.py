@@ -914,3 +914,27 @@ def test_the_nudge_may_patch_pods_of_its_own_namespace_only(
     assert nudge == f"'{NUDGE_ANNOTATION}'"  # the one annotation the extender writes
     env = {e["name"]: e for e in the_extender_container(rendered, topology_of(scenario))["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
+def test_every_page_size_guarded_is_in_the_config_and_marks_pods(helm: Helm) -> None:
+    """``config.resourceNames`` replaces ``resourceName`` in the config file, and the marker policy
+    routes a pod asking pages of any size guarded to the extender."""
+    sizes = ["hugepages-2Mi", "hugepages-1Gi"]
+    rendered = helm.template(
+        extra=[
+            "--set-json",
+            f"config.resourceNames={json.dumps(sizes)}",
+            "--set",
+            "config.namespaces.vms.needFromMemoryResource=hugepages-1Gi",
+        ]
+    )
+    config_map = rendered.get("ConfigMap", EXTENDER)
+    document = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert document["resourceNames"] == sizes
+    assert "resourceName" not in document
+    wants = policy_variables(rendered)["wantsPages"]
+    for size in sizes:
+        assert f"'{size}' in c.resources.requests" in wants
+        assert f"'{size}' in object.spec.resources.limits" in wants
+    with pytest.raises(HelmError):
+        helm.template(extra=["--set-json", 'config.resourceNames=["memory"]'])

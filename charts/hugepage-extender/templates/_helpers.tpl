@@ -107,7 +107,17 @@ app.kubernetes.io/managed-by: {{ .context.Release.Service }}
 
 {{/* The extender's config file, exactly the extender's schema (extender/config.py). */}}
 {{- define "hugepage-extender.configFile" -}}
-{{ toYaml .Values.config }}
+{{- $config := deepCopy .Values.config }}
+{{- /* resourceNames lists every size guarded; resourceName (the chart's default) then goes. */}}
+{{- if $config.resourceNames }}
+{{- $_ := unset $config "resourceName" }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/* Every hugepage resource the extender guards: config.resourceNames, else config.resourceName. */}}
+{{- define "hugepage-extender.resourceNames" -}}
+{{- toJson (.Values.config.resourceNames | default (list .Values.config.resourceName)) }}
 {{- end }}
 
 {{/*
