@@ -102,21 +102,13 @@ def control_plane(tools_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         plane.start()
         yield plane
     finally:
-        pids = [p.pid for p in plane.processes.values() if p.pid is not None]
+        processes = list(plane.processes.values())
         plane.stop()
         _TIMINGS.append(("control plane startup", dict(plane.timings)))
-        left = [f"pid {pid}" for pid in pids if _pid_alive(pid)] + _leftovers(plane.workdir)
+        # Not by pid: a reaped process's pid may already be another's (pid_max is 32,768 here, and a
+        # kind run beside spawns processes fast enough to wrap it within a session).
+        left = [f"{p.name} (pid {p.pid})" for p in processes if p.running] + _leftovers(plane.workdir)
         assert not left, f"processes left after teardown: {left}"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @pytest.fixture(scope="module")
