@@ -311,9 +311,22 @@ class Cell:
         return name
 
     def extender(
-        self, config: Mapping[str, Any], *, suffix: str = "", port: int | None = None, enable_bind: bool = False
+        self,
+        config: Mapping[str, Any],
+        *,
+        suffix: str = "",
+        port: int | None = None,
+        enable_bind: bool = False,
+        nudge: bool = False,
     ) -> Service:
-        """A live extender (list/watch of the API server) with this config, ready."""
+        """A live extender (list/watch of the API server) with this config, ready. With ``nudge``, as
+        in a cluster: its nudge annotates a pod of the test's own bound to a node (its own node, with
+        no pool), the pod it names with --nudge-pod."""
+        extra_args: list[str] = []
+        if nudge:
+            pod = f"extender{suffix}"
+            bound_pod(self.plane, self.namespace, pod, self.node(f"home{suffix}", hugepages="0"), hugepages_2mi=None)
+            extra_args = ["--nudge-pod", f"{self.namespace}/{pod}"]
         path = write_extender_config(self.tmp_path, config, name=f"extender{suffix}.yaml")
         return start_live_extender(
             self.plane,
@@ -322,6 +335,7 @@ class Cell:
             name=f"extender-{self.slug}{suffix}",
             port=port,
             enable_bind=enable_bind,
+            extra_args=extra_args,
         )
 
     def scheduler(self, extender: Service | None, *, prefix: str = "hp", **kwargs: Any) -> str:

@@ -32,9 +32,7 @@ from e2e.cluster.placement_support import (
     metric_value,
     placement_scheduler_config,
     pool_usage,
-    start_live_extender,
     wait_for_event,
-    write_extender_config,
 )
 from e2e.cluster.test_node_agent import record
 from e2e.controlplane import ControlPlane, Scheduler, wait_until
@@ -50,20 +48,8 @@ VICTIM_ERROR = "expected at least one victim pod"
 def nudged_extender(
     cell: Cell, config: dict[str, Any], *, nudge: bool = True, suffix: str = "", enable_bind: bool = False
 ) -> Any:
-    """A live extender whose nudge annotates a pod of the test's own, bound to a node (as the
-    extender's pod is in a cluster): the pod it names with --nudge-pod."""
-    pod = f"extender{suffix}"
-    node = cell.node(f"home{suffix}", hugepages="0")
-    bound_pod(cell.plane, cell.namespace, pod, node, hugepages_2mi=None)
-    path = write_extender_config(cell.tmp_path, config, name=f"extender{suffix}.yaml")
-    return start_live_extender(
-        cell.plane,
-        cell.start_extender,
-        path,
-        name=f"extender-{cell.slug}{suffix}",
-        enable_bind=enable_bind,
-        extra_args=["--nudge-pod", f"{cell.namespace}/{pod}" if nudge else ""],
-    )
+    """A live extender whose nudge annotates a pod of the test's own (``nudge``), or without one."""
+    return cell.extender(config, suffix=suffix, enable_bind=enable_bind, nudge=nudge)
 
 
 def scheduler_with(cell: Cell, extender: Any, *, suffix: str = "", bind: bool = False) -> str:
