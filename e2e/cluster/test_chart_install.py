@@ -27,7 +27,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from e2e.controlplane import ControlPlane, Scheduler, Service
+from e2e.controlplane import ControlPlane, Scheduler, Service, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -56,6 +56,35 @@ def render(plane: ControlPlane, *values: str) -> list[dict[str, Any]]:
 
 def rendered(documents: Sequence[dict[str, Any]], kind: str, name_part: str) -> dict[str, Any]:
     return next(d for d in documents if d["kind"] == kind and name_part in d["metadata"]["name"])
+
+
+def uninstall(plane: ControlPlane, release: str, namespace: str) -> None:
+    """``helm uninstall``, then wait until the API server no longer applies the release's
+    MutatingAdmissionPolicy: it marks new pods cluster-wide (shadow by default), and the API server
+    drops a deleted policy a moment after the delete, so the other tests' pods could still be marked."""
+    helm(plane, "uninstall", release, "--namespace", namespace)
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": unique("marker-probe")},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {"hugepages-2Mi": "2Mi", "memory": "16Mi", "cpu": "10m"}},
+                }
+            ]
+        },
+    }
+
+    def unmarked() -> bool:
+        created = plane.core.create_namespaced_pod("default", client.V1Pod.model_validate(probe), dry_run="All")
+        resources = created.spec.containers[0].resources if created.spec else None
+        limits = (resources.limits if resources else None) or {}
+        return not any(name.startswith("hugepage-extender.io/") for name in limits)
+
+    wait_until("the release's marker policy to be gone", unmarked, timeout=60, interval=0.5)
 
 
 def unique(prefix: str) -> str:
@@ -141,7 +170,7 @@ def test_helm_install_is_accepted_and_rbac_is_least_privilege(
     finally:
         # The chart's MutatingAdmissionPolicy marks new pods cluster-wide (shadow by default): gone
         # with the release, so the other tests' pods stay unmarked.
-        helm(control_plane, "uninstall", release, "--namespace", namespace)
+        uninstall(control_plane, release, namespace)
 
 
 def check_install(control_plane: ControlPlane, release: str, namespace: str, topology: str, bind: bool) -> None:
@@ -383,4 +412,4 @@ def test_upgrade_from_the_service_topology_moves_the_extender_beside_the_schedul
     finally:
         # The new chart's MutatingAdmissionPolicy marks new pods cluster-wide: gone with the
         # release, so a failure here leaves the other tests' pods unmarked.
-        helm(control_plane, "uninstall", release, "--namespace", namespace)
+        uninstall(control_plane, release, namespace)
