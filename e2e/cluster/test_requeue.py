@@ -231,10 +231,16 @@ def test_a_burst_cut_by_an_apiserver_restart_strands_no_pod_that_fits(cell: Cell
 
     cell.pods(names, scheduler, hugepages_2mi="256Mi")
     wait_until("the burst to be under way", lambda: bound() >= 8, timeout=60, interval=0.02)
-    cell.plane.restart_apiserver(downtime=2.0, graceful=False)  # killed: binds in flight fail
+    failed = 0.0
+    for _ in range(5):
+        # Killed: binds in flight fail. While it is down the extender's watch is stale and its filter
+        # answers errors, so no new bind starts: a kill between two binds fails none. Again then.
+        cell.plane.restart_apiserver(downtime=2.0, graceful=False)
+        failed = metric_value(extender, "hugepage_extender_binds_total", {"result": "error"})
+        if failed > 0 or bound() == len(names):
+            break
     back = time.monotonic()
     at_restart = bound()
-    failed = metric_value(extender, "hugepage_extender_binds_total", {"result": "error"})
     assert failed > 0, "no bind failed: the burst was over before the restart, the test proves nothing"
     wait_until("every pod of the burst to be bound", lambda: bound() == len(names), timeout=90, interval=0.5)
     took = time.monotonic() - back
