@@ -119,6 +119,7 @@ class Phase:
     resources: list[dict[str, float]] = dataclasses.field(default_factory=list)
     errors: Counter[str] = dataclasses.field(default_factory=Counter)
     api_errors: Counter[str] = dataclasses.field(default_factory=Counter)  # kubectl calls refused (faults)
+    accounts: list[str] = dataclasses.field(default_factory=list)  # what was counted on worker 1 at each stranding
 
     @property
     def failed_on_the_node(self) -> int:
@@ -357,6 +358,29 @@ def _extender_resources(t: float) -> dict[str, float] | None:
     return {"t": t, "rss_mib": rss / (1 << 20), "cpu_seconds": cpu, "replicas": float(len(pods))}
 
 
+def _accounts(node: str) -> str:
+    """What is counted on ``node`` (a stranding's evidence): the pods bound there that need pages
+    (phase, deleting, ready), the node agent's record, the leading extender's holds there, the kernel."""
+    pods = get_json("pods", "-A", "--field-selector", f"spec.nodeName={node}")["items"]
+    counted = []
+    for pod in pods:
+        if pod["metadata"].get("labels", {}).get("app") != LABEL or _need_pages(pod) == 0:
+            continue
+        flags = [pod.get("status", {}).get("phase", "?")]
+        flags += ["deleting"] if pod["metadata"].get("deletionTimestamp") else []
+        flags += ["ready"] if is_ready(pod) else []
+        counted.append(f"{pod['metadata']['name']}({','.join(flags)})")
+    leader = _scheduler_leader()
+    holds = "?"
+    if leader is not None:
+        url = f"http://127.0.0.1:8888/debug/state?nodes={node}"
+        code = f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=5).read().decode())"
+        text = kubectl("exec", leader, "-n", NAMESPACE, "-c", "extender", "--", "python", "-c", code, check=False)
+        holds = text.strip().replace("\n", " ")[:600] or "?"
+    record = outside_pages(node)
+    return f"{len(counted)} consumers bound {counted}; record outside {record}; kernel {host_pool()}; extender {holds}"
+
+
 def _timestamp(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -509,6 +533,9 @@ class Player:
             self.phase.strandings[name] = (
                 f"unbound {now - since:.0f} s at {now:.0f} s with {room} pages free by the kernel{last}"
             )
+            conditions = pod.get("status", {}).get("conditions", [])
+            said = next((c.get("message", "") for c in conditions if c["type"] == "PodScheduled"), "")
+            self.phase.accounts.append(f"at {now:.0f} s, {name} stranded ({said}): {_accounts(self.w1)}")
 
     def _ready(self, now: float, name: str, pod: dict[str, Any]) -> None:
         if name in self.counted:
@@ -557,6 +584,9 @@ def run(*, minutes: float, workers: list[str], artifacts: Path) -> Report:
         for phase in (enforce, off):
             for row in phase.timeline if phase is not None else []:
                 out.write(json.dumps({"phase": phase.namespace, **row}) + "\n")  # type: ignore[union-attr]
+    (artifacts / "soak-accounts.txt").write_text(
+        "\n".join(line for phase in (enforce, off) if phase is not None for line in phase.accounts) + "\n"
+    )
     for line in [*report.lines(), *report.plot()]:
         print(line)
     return report
