@@ -205,12 +205,17 @@ class ClusterState:
             policy = self.policy_for(pod.metadata.namespace)
         if not self._more:
             return pod_demand(
-                pod, self._config.resource_name, need_from_memory=policy.need_from_memory, with_qos=policy.numa_aligned
+                pod,
+                self._config.resource_name,
+                need_from_memory=policy.need_from_memory,
+                memory_runtime_class=policy.need_from_memory_runtime_class,
+                with_qos=policy.numa_aligned,
             )
         return pod_demand(
             pod,
             self._config.resource_name,
             need_from_memory=policy.need_from_memory,
+            memory_runtime_class=policy.need_from_memory_runtime_class,
             with_qos=policy.numa_aligned,
             more_resources=self._config.more_resource_names,
             memory_index=self._config.memory_index(policy),

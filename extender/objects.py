@@ -36,6 +36,7 @@ class Container(msgspec.Struct, rename="camel", omit_defaults=True):
 class PodSpec(msgspec.Struct, rename="camel", omit_defaults=True):
     node_name: str | None = None
     scheduler_name: str | None = None
+    runtime_class_name: str | None = None
     containers: list[Container] = []
     init_containers: list[Container] | None = None
     overhead: ResourceList | None = None

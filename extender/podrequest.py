@@ -116,6 +116,7 @@ def pod_demand(
     resource_name: str,
     *,
     need_from_memory: bool,
+    memory_runtime_class: str = "",
     with_qos: bool = False,
     more_resources: tuple[str, ...] = (),
     memory_index: int = 0,
@@ -124,12 +125,16 @@ def pod_demand(
 
     With ``need_from_memory`` (VM-backed pods whose guest RAM is backed by
     hugepages), a pod that requests no hugepages of any size needs its memory request
-    in hugepages instead, of the size ``memory_index`` names (0: ``resource_name``).
+    in hugepages instead, of the size ``memory_index`` names (0: ``resource_name``); with
+    ``memory_runtime_class``, only a pod of that RuntimeClass does (the others are not VMs).
     ``with_qos``: also tell whether the pod is Guaranteed (numaAligned namespaces).
     """
     hugepage_bytes = ceil_units(effective_request(pod.spec, resource_name))
     more_bytes = tuple([ceil_units(effective_request(pod.spec, name)) for name in more_resources])
-    if need_from_memory and hugepage_bytes == 0 and not any(more_bytes):
+    counts_memory = need_from_memory and (
+        not memory_runtime_class or pod.spec.runtime_class_name == memory_runtime_class
+    )
+    if counts_memory and hugepage_bytes == 0 and not any(more_bytes):
         memory = ceil_units(effective_request(pod.spec, "memory"))
         if memory_index == 0:
             hugepage_bytes = memory

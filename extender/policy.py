@@ -37,6 +37,10 @@ class Widening(StrEnum):
     DRAW_UNTIL_K = "drawUntilK"  # rejected draws never count: draw until K fit
 
 
+# A RuntimeClass name (a DNS subdomain: at most 253 characters) or "".
+RUNTIME_CLASS_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """The knobs that apply to one pod. Defaults follow docs/decisions/."""
@@ -51,6 +55,11 @@ class Policy:
     need_from_memory: bool = False
     # The size (one of resourceNames) a need derived from memory draws from; "": the first one.
     need_from_memory_resource: str = field(default="", metadata={"pattern": "^(hugepages-[0-9]+[KMGT]i)?$"})
+    # Only pods of this RuntimeClass (the VM runtime's) have their memory counted; "": every pod asking no
+    # hugepages. A namespace that also runs plain pods names it, or each plain pod holds room it never uses.
+    need_from_memory_runtime_class: str = field(
+        default="", metadata={"pattern": RUNTIME_CLASS_PATTERN, "maxLength": 253}
+    )
     # older node-agent records: requests-only accounting
     node_report_max_age_seconds: float = field(default=1800.0, metadata={"exclusiveMinimum": 0})
     numa_aligned: bool = False  # Guaranteed pods need one NUMA node with the pages (single-numa-node nodes)
@@ -98,7 +107,8 @@ def field_type(name: str) -> type:
     return kind
 
 
-_META = {"minimum": "ge", "exclusiveMinimum": "gt", "pattern": "pattern"}  # JSON Schema's word -> msgspec's
+# JSON Schema's word -> msgspec's
+_META = {"minimum": "ge", "exclusiveMinimum": "gt", "pattern": "pattern", "maxLength": "max_length"}
 
 
 @functools.cache

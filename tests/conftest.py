@@ -162,6 +162,8 @@ def other_value(field_name: str) -> Any:
         return default + 2
     if kind is float:
         return default * 2 + 1.5
+    if field_name == "need_from_memory_runtime_class":
+        return "kata-qemu"
     if kind is str:  # needFromMemoryResource: a size the default config guards
         return "hugepages-2Mi"
     members: list[Any] = list(cast("type[StrEnum]", kind))  # Mode, Widening

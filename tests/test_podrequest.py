@@ -98,3 +98,24 @@ def test_need_from_memory_applies_only_without_a_hugepage_request() -> None:
         {"spec": {"containers": [{"resources": {"requests": {"memory": "4Gi", "hugepages-2Mi": "1Gi"}}}]}}, Pod
     )
     assert pod_demand(explicit, "hugepages-2Mi", need_from_memory=True).hugepage_bytes == GiB
+
+
+def test_need_from_memory_with_a_runtime_class_counts_only_that_runtimes_pods() -> None:
+    # A namespace of VMs that also runs plain pods (sidecars, tools, the soak's pause pods): only the
+    # VM runtime's pods have guest RAM on pages; a plain pod counted by its memory would hold room no
+    # page ever fills (the 60-minute soak's 4 pages per plain pod on the consumers' node).
+    def spec(runtime: str | None) -> Pod:
+        resources = {"requests": {"memory": "128Mi"}}
+        body: dict[str, Any] = {"containers": [{"name": "c", "resources": resources}]}
+        if runtime is not None:
+            body["runtimeClassName"] = runtime
+        return msgspec.convert({"spec": body}, Pod)
+
+    def need(p: Pod, runtime_class: str) -> int:
+        return pod_demand(p, "hugepages-2Mi", need_from_memory=True, memory_runtime_class=runtime_class).hugepage_bytes
+
+    assert need(spec("kata-qemu"), "kata-qemu") == 128 << 20
+    assert need(spec(None), "kata-qemu") == 0
+    assert need(spec("runc"), "kata-qemu") == 0
+    assert need(spec(None), "") == 128 << 20  # no class named: every pod that asks no pages, as before
+    assert need(spec("runc"), "") == 128 << 20

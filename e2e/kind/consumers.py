@@ -40,6 +40,17 @@ CONSUMER_ERRORS = (
     "Cannot init EAL",
 )
 KINDS = ("vm-hugepages", "vm-memory", "dpdk")
+# The VM runtime's RuntimeClass: the memory-only VMs run with it, and the consumer namespaces'
+# needFromMemoryRuntimeClass names it (e2e/kind/values.yaml), so the plain pods beside them are
+# not counted by their memory. Its handler is containerd's runc: the runtime that backs guest RAM
+# with pages is the image's own script here.
+RUNTIME_CLASS = "vm"
+RUNTIME_CLASS_OBJECT = {
+    "apiVersion": "node.k8s.io/v1",
+    "kind": "RuntimeClass",
+    "metadata": {"name": RUNTIME_CLASS},
+    "handler": "runc",
+}
 
 
 # -- the consumers ---------------------------------------------------------------------------
@@ -63,8 +74,9 @@ def consumer_pod(namespace: str, name: str, kind: str, *, node: str | None = Non
         }
         volumes, mounts = hugepage_volume, hugepage_mount
     elif kind == "vm-memory":
-        # Memory only: needFromMemory counts it. The kubelet mounts no HugePages emptyDir
-        # without a hugepage request; the runtime (the image's script) mounts hugetlbfs itself.
+        # Memory only: needFromMemory counts it (its RuntimeClass is the namespace's VM runtime's).
+        # The kubelet mounts no HugePages emptyDir without a hugepage request; the runtime (the
+        # image's script) mounts hugetlbfs itself.
         image, env, probe = VM_IMAGE, {"GUEST_MB": str(UNIT_MB)}, "grep -q 'guest: up' /run/serial.log"
         resources, volumes, mounts, privileged = memory, [], [], True
     elif kind == "dpdk":
@@ -102,6 +114,8 @@ def consumer_pod(namespace: str, name: str, kind: str, *, node: str | None = Non
     }
     if node is not None:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    if kind == "vm-memory":
+        spec["runtimeClassName"] = RUNTIME_CLASS
     return {
         "apiVersion": "v1",
         "kind": "Pod",

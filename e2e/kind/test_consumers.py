@@ -41,6 +41,7 @@ from e2e.kind.consumers import (
     NAMESPACES,
     OFF,
     RELEASE,
+    RUNTIME_CLASS_OBJECT,
     UNIT,
     consumer_error,
     consumer_pod,
@@ -72,6 +73,7 @@ def workers() -> Iterator[list[str]]:
     for namespace in NAMESPACES:
         namespace_object = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
         kubectl("apply", "-f", "-", stdin=json.dumps(namespace_object))
+    kubectl("apply", "-f", "-", stdin=json.dumps(RUNTIME_CLASS_OBJECT))
     set_reserved(dict.fromkeys(names))
     yield names
     for namespace in NAMESPACES:

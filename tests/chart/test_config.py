@@ -142,7 +142,8 @@ def test_schema_policy_keys_types_and_bounds_are_the_extenders() -> None:
             else:
                 members = [member.value for member in cast("type[StrEnum]", kind)]
                 assert (entry["type"], entry["enum"]) == ("string", members), f.name
-            bounds = {bound: entry[bound] for bound in ("minimum", "exclusiveMinimum", "pattern") if bound in entry}
+            words = ("minimum", "exclusiveMinimum", "pattern", "maxLength")
+            bounds = {bound: entry[bound] for bound in words if bound in entry}
             assert bounds == dict(f.metadata), f.name
     assert set(config) == set(FILE_KEYS)
 
