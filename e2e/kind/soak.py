@@ -384,7 +384,11 @@ def _accounts(node: str) -> str:
         url = f"http://127.0.0.1:8888/debug/state?nodes={node}"
         code = f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=5).read().decode())"
         text = kubectl("exec", leader, "-n", NAMESPACE, "-c", "extender", "--", "python", "-c", code, check=False)
-        holds = text.strip().replace("\n", " ")[:600] or "?"
+        try:
+            state = json.loads(text)
+            holds = json.dumps({k: state[k].get(node) for k in ("inFlight", "nodeReports")})
+        except (ValueError, AttributeError, KeyError):
+            holds = text.strip()[:200] or "?"
     record = outside_pages(node)
     return f"{len(counted)} consumers bound {counted}; record outside {record}; kernel {host_pool()}; extender {holds}"
 
