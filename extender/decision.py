@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import cast
@@ -261,15 +261,27 @@ def _decision_of(  # noqa: PLR0917 (a sample and what it was drawn for)
             examined=len(candidates),
         )
     failed, unresolvable = _reasons_of(sample.rejected, need, accounts, reasons, numa=numa, columns=columns)
-    insufficient, exceeds_pool = len(failed), len(unresolvable)
+    return _answer(sample, failed, unresolvable, candidates, None, reasons.not_sampled)
 
+
+def _answer(  # noqa: PLR0917 (a sample, its verdicts, and what it was drawn from)
+    sample: Sample[str],
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+    candidates: Sequence[str],
+    examined: Container[str] | None,
+    not_sampled: str,
+) -> FilterDecision:
+    """The enforce answer from a sample and the reasons of the nodes it rejected (``examined``:
+    the nodes it looked at; None: those it rejected, as nothing was kept when it matters)."""
+    insufficient, exceeds_pool = len(failed), len(unresolvable)
     if sample.kept:
         outcome = Outcome.FIT
     elif not sample.exhausted:
         outcome = Outcome.NO_FIT_IN_SAMPLE
         # Unexamined nodes are reported, not dropped, so the scheduler's event counts them.
-        examined = set(sample.rejected)  # nothing was kept
-        failed.update((n, reasons.not_sampled) for n in candidates if n not in examined)
+        seen = set(sample.rejected) if examined is None else examined
+        failed.update((n, not_sampled) for n in candidates if n not in seen)
     elif insufficient:
         outcome = Outcome.NO_HUGEPAGE_CAPACITY
     else:
@@ -586,26 +598,7 @@ def filter_sizes(
     unresolvable: dict[str, str] = {}
     for name, (verdict, view) in verdicts.items():
         (unresolvable if verdict.unresolvable else failed)[name] = view.reasons.of(verdict)
-    insufficient, exceeds_pool = len(failed), len(unresolvable)
-    if sample.kept:
-        outcome = Outcome.FIT
-    elif not sample.exhausted:
-        outcome = Outcome.NO_FIT_IN_SAMPLE
-        failed.update((n, views[0].reasons.not_sampled) for n in candidates if n not in verdicts)
-    elif insufficient:
-        outcome = Outcome.NO_HUGEPAGE_CAPACITY
-    else:
-        outcome = Outcome.NO_COMPATIBLE_NODE
-    return FilterDecision(
-        passed=sample.kept,
-        failed=failed,
-        unresolvable=unresolvable,
-        outcome=outcome,
-        insufficient=insufficient,
-        exceeds_pool=exceeds_pool,
-        examined=len(sample.kept) + len(sample.rejected),
-        widened=sample.widened,
-    )
+    return _answer(sample, failed, unresolvable, candidates, verdicts, views[0].reasons.not_sampled)
 
 
 def _all_read(views: Sequence[SizeView], candidates: Sequence[str]) -> bool:
