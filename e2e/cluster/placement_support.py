@@ -6,6 +6,9 @@ read from the API objects with the client's own quantity parser.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,6 +48,23 @@ parse_quantity: Callable[[str], Decimal] = _parse_quantity
 
 
 # --------------------------------------------------------------------------- waiting
+
+
+BIN = Path(sys.executable).parent  # the project's console scripts (hugepage-extender, kubectl-hugepages)
+
+
+def run(command: str, *args: str, env: Mapping[str, str] | None = None) -> str:
+    """A console script of the project, run to success; its output."""
+    done = subprocess.run(
+        [str(BIN / command), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=180,
+        env={**os.environ, **(env or {})},
+    )
+    assert done.returncode == 0, f"{command} {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
 
 
 def wait_for_event(

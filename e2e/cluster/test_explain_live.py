@@ -13,7 +13,6 @@ import json
 import os
 import ssl
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -26,12 +25,14 @@ import pytest
 from kubernetes import client
 
 from e2e.cluster.placement_support import (
+    BIN,
     EXTENDER_REASON_INSUFFICIENT,
     RESOURCE,
     Cell,
     bound_active_pods,
     bound_pod,
     placement_scheduler_config,
+    run,
     wait_for_event,
     write_extender_config,
 )
@@ -48,7 +49,6 @@ from extender.remote import RemoteExtender
 from tests.verdicts import of_explanation, of_filter_answer
 
 pytestmark = pytest.mark.cluster
-BIN = Path(sys.executable).parent
 MI = 1 << 20
 
 
@@ -122,19 +122,6 @@ def started_tls_extender(cell: Cell, document: Mapping[str, Any]) -> Iterator[TL
         yield TLSExtender(f"https://127.0.0.1:{port}", probe, certs.ca_cert, client, process)
     finally:
         process.stop()
-
-
-def run(command: str, *args: str, env: Mapping[str, str] | None = None) -> str:
-    done = subprocess.run(
-        [str(BIN / command), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=180,
-        env={**os.environ, **(env or {})},
-    )
-    assert done.returncode == 0, f"{command} {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
 
 
 def hold_in_flight(extender: TLSExtender, pod: Mapping[str, Any], node: str) -> None:

@@ -10,25 +10,20 @@ shows, per size and per node, what the extender's filter answers.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
-from e2e.cluster.placement_support import Cell, parse_quantity, wait_extender_in_step, wait_for_event
+from e2e.cluster.placement_support import Cell, parse_quantity, run, wait_extender_in_step, wait_for_event
 from extender.capacity import Fit
 from extender.decision import Reasons
 from extender.kube.events import REASON_NO_COMPATIBLE
 from tests.verdicts import of_filter_answer
 
 pytestmark = pytest.mark.cluster
-BIN = Path(sys.executable).parent
 SMALL, LARGE = "hugepages-2Mi", "hugepages-1Gi"
 RESERVED = "hugepage-extender.io/reserved-"
 
@@ -60,19 +55,6 @@ def filter_one_node(url: str, pod: Mapping[str, Any], name: str) -> Any:
     request = urllib.request.Request(f"{url}/filter", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as answer:
         return msgspec.json.decode(answer.read())
-
-
-def run(command: str, *args: str, env: Mapping[str, str] | None = None) -> str:
-    done = subprocess.run(
-        [str(BIN / command), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=180,
-        env={**os.environ, **(env or {})},
-    )
-    assert done.returncode == 0, f"{command} {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
 
 
 def test_pods_of_either_size_or_both_land_only_where_each_pool_they_need_holds_them(cell: Cell) -> None:
