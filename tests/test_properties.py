@@ -2,7 +2,7 @@
 
 import dataclasses
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 from hypothesis import assume, given, settings
@@ -58,6 +58,22 @@ policies = st.builds(
     widening=st.sampled_from(list(Widening)),
     alpha=st.floats(0, 2),
 )
+
+
+def _columns_of(accounts: Mapping[str, NodeAccount]) -> NodeColumns:
+    columns = NodeColumns(capacity=2)
+    for name, account in accounts.items():
+        columns.put(name, account)
+    return columns
+
+
+def _candidates(names: list[str], *, in_place: bool) -> Sequence[str]:
+    """The names as given, or read in place from the request's bytes (``NameList``), as the server does."""
+    if not in_place:
+        return names
+    read = NameList.read(msgspec.json.encode(names))
+    assert read is not None
+    return read
 
 
 @settings(max_examples=examples(300), deadline=None)
@@ -151,9 +167,7 @@ def test_vectorized_scores_equal_the_scalar_ones(
     cluster: dict[str, NodeAccount], demand: PodDemand, policy: Policy, score_hugepages: bool
 ) -> None:
     policy = dataclasses.replace(policy, score_hugepages=score_hugepages)
-    columns = NodeColumns(capacity=2)  # and it grows
-    for name, account in cluster.items():
-        columns.put(name, account)
+    columns = _columns_of(cluster)  # from 2 slots: it grows
     names = [*cluster, "unknown-node"]
     vector = priorities(demand, columns.slots(names), columns, policy).tolist()
     scalar = [priority(node_load(cluster.get(n, NodeAccount()), demand, policy)) for n in names]
@@ -185,14 +199,8 @@ def test_examining_every_candidate_on_the_columns_decides_as_the_table_does(  # 
     if distinct:  # as the scheduler sends them: each name once, and mostly rejected
         names = [*dict.fromkeys(names), *(f"gone-{i}" for i in range(VECTOR_THRESHOLD + 1))]
         cluster = cluster | dict.fromkeys((n for n in names if n.startswith("gone-")), NodeAccount(page_size=PAGE))
-    candidates: Sequence[str] = names
-    if in_place:
-        read = NameList.read(msgspec.json.encode(names))
-        assert read is not None
-        candidates = read
-    columns = NodeColumns(capacity=2)
-    for name, account in cluster.items():
-        columns.put(name, account)
+    candidates = _candidates(names, in_place=in_place)
+    columns = _columns_of(cluster)
     table = {name: headroom_bytes(account) for name, account in cluster.items()}
     policy = Policy(mode=mode, sample_size=0)
     rng = random.Random(1)
@@ -252,14 +260,8 @@ def test_best_of_k_on_the_columns_decides_as_one_node_at_a_time(  # noqa: PLR091
     kinds = [Fit.INSUFFICIENT if v in (Fit.FITS, None) and rng.randrange(fit_one_in) else v for v in verdicts]
     cluster = {f"n{i}": VERDICT_ACCOUNTS[v] for i, v in enumerate(kinds) if v is not None}
     names = [f"n{i}" for i in range(len(kinds))] + (["n0", "n1"] if repeat else [])  # a name given twice
-    candidates: Sequence[str] = names
-    if in_place:
-        read = NameList.read(msgspec.json.encode(names))
-        assert read is not None
-        candidates = read
-    columns = NodeColumns(capacity=2)
-    for name, account in cluster.items():
-        columns.put(name, account)
+    candidates = _candidates(names, in_place=in_place)
+    columns = _columns_of(cluster)
     table = {name: headroom_bytes(account) for name, account in cluster.items()}
     demand = PodDemand(NEED_PAGES * PAGE, 100)
     policy = Policy(mode=Mode.ENFORCE, sample_size=k, widening=widening)
@@ -436,13 +438,6 @@ def test_a_size_every_node_can_hold_changes_no_decision(
     assert sized.outcome == alone.outcome
 
 
-def _columns_of(accounts: dict[str, NodeAccount]) -> NodeColumns:
-    columns = NodeColumns(capacity=2)
-    for name, account in accounts.items():
-        columns.put(name, account)
-    return columns
-
-
 @settings(max_examples=examples(200), deadline=None)
 @given(
     cluster=two_size_clusters,
@@ -468,14 +463,10 @@ def test_two_sizes_on_the_columns_decide_and_score_as_node_by_node(  # noqa: PLR
     every candidate examined, a best-of-K scan that finds no node at all, and the scores."""
     known = sorted(cluster)
     names = [known[p] if p < len(known) else f"unknown-{p}" for p in picks]
-    candidates: Sequence[str] = names
-    if in_place:
-        read = NameList.read(msgspec.json.encode(names))
-        assert read is not None
-        candidates = read
+    candidates = _candidates(names, in_place=in_place)
     demand = PodDemand(need_2m, 500, more_bytes=(need_1g,))
     plain = _views(cluster, need_2m, need_1g)
-    columned = [dataclasses.replace(v, columns=_columns_of(dict(v.accounts))) for v in plain]
+    columned = [dataclasses.replace(v, columns=_columns_of(v.accounts)) for v in plain]
     every = Policy(mode=mode, sample_size=0)
     vector = filter_sizes(demand, candidates, views=columned, policy=every, rng=random.Random(1))
     scalar = filter_sizes(demand, names, views=plain, policy=every, rng=random.Random(1))
