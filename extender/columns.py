@@ -20,6 +20,7 @@ from extender.namelist import NameList
 IntColumn = npt.NDArray[np.int64]
 IntTable = npt.NDArray[np.int64]  # one row per field, one column per slot
 INT64_MAX = (1 << 63) - 1
+KEPT_TABLES = 4  # tables whose slots a name list keeps: one per page size guarded, and to spare
 
 _FIELDS = (
     "page_size",
@@ -98,18 +99,26 @@ class NodeColumns:
         The slots of a ``NameList`` are kept with it (``NameList.memo``): the same
         immutable list comes back while a scheduler's feasible set stays the same
         (the wire keeps one per scheduler), and mapping 5,000 names again would
-        cost more than scoring them.
+        cost more than scoring them. Each table's slots are kept (at most
+        ``KEPT_TABLES``): with several page sizes guarded, each size's columns read
+        the same list, and a pod asking two sizes must not evict the slots the next
+        pod asking one reads.
         """
         self._before_read()
         in_place = names if isinstance(names, NameList) else None
+        kept: tuple[_Slots, ...] = ()
         if in_place is not None:
             memo = in_place.memo
-            if isinstance(memo, _Slots) and memo.columns is self and memo.layout == self._layout:
-                return memo.slots
+            if isinstance(memo, tuple):
+                kept = memo
+                for entry in kept:
+                    if entry.columns is self and entry.layout == self._layout:
+                        return entry.slots
         found = self._lookup(names)
         found.flags.writeable = False
         if in_place is not None:
-            in_place.memo = _Slots(self, self._layout, found)
+            others = tuple(entry for entry in kept if entry.columns is not self)
+            in_place.memo = (*others[-(KEPT_TABLES - 1) :], _Slots(self, self._layout, found))
         return found
 
     def _lookup(self, names: Sequence[str]) -> npt.NDArray[np.intp]:

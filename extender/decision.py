@@ -453,7 +453,7 @@ def _decide_every_on_columns(
     else:
         names, plain = np.array(candidates, dtype=object), False
 
-    def by_reason(groups: list[tuple[str, npt.NDArray[np.bool_]]]) -> Mapping[str, str]:
+    def by_reason(groups: Groups) -> Mapping[str, str]:
         """Constant reasons: names selected by a mask per reason, no Python work per node."""
         if plain:
             return RejectedByReason(names, groups)
@@ -636,7 +636,10 @@ def _sample_sizes(
     if not sample.kept:  # a widened scan judged on the columns rejected every candidate
         decision = _decide_sizes_on_columns(candidates, views, Mode.ENFORCE)
         return dataclasses.replace(decision, widened=True)
-    return dataclasses.replace(sample, rejected=[candidates[at] for at in np.sort(sample.rejected_at).tolist()])
+    rejected_at = np.sort(sample.rejected_at)
+    if isinstance(candidates, NameList) and candidates.distinct():
+        return _scanned_sizes_on_columns(sample, rejected_at, candidates, views)
+    return dataclasses.replace(sample, rejected=[candidates[at] for at in rejected_at.tolist()])
 
 
 def _sizes_admitted(candidates: Sequence[str], views: Sequence[SizeView]) -> npt.NDArray[np.bool_]:
@@ -649,19 +652,72 @@ def _sizes_admitted(candidates: Sequence[str], views: Sequence[SizeView]) -> npt
     return cast("npt.NDArray[np.bool_]", admitted)
 
 
+Groups = list[tuple[str, npt.NDArray[np.bool_]]]  # (reason, mask): the rejected nodes of each reason
+
+
 def _decide_sizes_on_columns(candidates: Sequence[str], views: Sequence[SizeView], mode: Mode) -> FilterDecision:
     """``filter_sizes`` for a policy that examines every candidate, over many candidates: each size's
-    verdicts from its columns (headroom: room; ceiling: unresolvable), combined as ``size_verdict``
-    combines them (the first unresolvable size, else the first without room), no Python work per node
-    but the names of the answer. Property tests hold it equal to the node-by-node path."""
-    admitted = np.ones(len(candidates), dtype=bool)
-    any_unresolvable = np.zeros(len(candidates), dtype=bool)
-    any_short = np.zeros(len(candidates), dtype=bool)
-    unresolvable_groups: list[tuple[str, npt.NDArray[np.bool_]]] = []
-    short_groups: list[tuple[str, npt.NDArray[np.bool_]]] = []
+    verdicts from its columns (``_size_groups``), no Python work per node but the names of the answer.
+    Property tests hold it equal to the node-by-node path."""
+    admitted, any_unresolvable, short_groups, unresolvable_groups = _size_groups(candidates, views)
+    rejected_count = len(candidates) - int(np.count_nonzero(admitted))
+    unresolvable_count = int(np.count_nonzero(any_unresolvable))
+    if mode is Mode.SHADOW:
+        return FilterDecision(
+            passed=candidates,
+            outcome=Outcome.SHADOW,
+            insufficient=rejected_count - unresolvable_count,
+            exceeds_pool=unresolvable_count,
+            examined=len(candidates),
+        )
+    if not rejected_count:
+        return FilterDecision(passed=candidates, outcome=Outcome.FIT, examined=len(candidates))
+    if isinstance(candidates, NameList):
+        names, plain = candidates.array(), candidates.distinct()
+    else:
+        names, plain = np.array(candidates, dtype=object), False
+
+    def by_reason(groups: Groups) -> Mapping[str, str]:
+        if plain:
+            return RejectedByReason(names, groups)
+        built: dict[str, str] = {}  # a name given twice is one entry, as in the per-node path
+        for reason, mask in groups:
+            built.update(dict.fromkeys(names[mask].tolist(), reason))
+        return built
+
+    failed = by_reason([(reason, mask & ~any_unresolvable) for reason, mask in short_groups])
+    unresolvable = by_reason(unresolvable_groups)
+    kept = names[admitted].tolist()
+    return FilterDecision(
+        passed=kept,
+        failed=failed,
+        unresolvable=unresolvable,
+        outcome=Outcome.FIT if kept else Outcome.NO_HUGEPAGE_CAPACITY if failed else Outcome.NO_COMPATIBLE_NODE,
+        insufficient=len(failed),
+        exceeds_pool=len(unresolvable),
+        examined=len(candidates),
+    )
+
+
+def _size_groups(
+    candidates: Sequence[str], views: Sequence[SizeView], at: npt.NDArray[np.intp] | None = None
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], Groups, Groups]:
+    """Every size's verdicts from its columns (headroom: room; ceiling: unresolvable) for the candidates
+    (those at positions ``at``, when given), combined as ``size_verdict`` combines them: the first
+    unresolvable size, else the first without room. Returns which are admitted, which are unresolvable
+    in some size, the masks of each reason short of room (to be read without the unresolvable), and
+    those of each unresolvable reason."""
+    count = len(candidates) if at is None else len(at)
+    admitted = np.ones(count, dtype=bool)
+    any_unresolvable = np.zeros(count, dtype=bool)
+    any_short = np.zeros(count, dtype=bool)
+    unresolvable_groups: Groups = []
+    short_groups: Groups = []
     for view in views:
         columns = cast("NodeColumns", view.columns)
         slots = columns.slots(candidates)
+        if at is not None:
+            slots = slots[at]
         room = view.need <= columns.column("headroom")[slots]
         never = view.need > columns.column("ceiling")[slots]
         admitted &= room
@@ -681,42 +737,27 @@ def _decide_sizes_on_columns(candidates: Sequence[str], views: Sequence[SizeView
                 (view.reasons.exceeds_pool, exceeds),
                 (view.reasons.held_outside, first_never & ~no_pool & ~exceeds),
             ]
-    rejected_count = len(candidates) - int(np.count_nonzero(admitted))
-    unresolvable_count = int(np.count_nonzero(any_unresolvable))
-    if mode is Mode.SHADOW:
-        return FilterDecision(
-            passed=candidates,
-            outcome=Outcome.SHADOW,
-            insufficient=rejected_count - unresolvable_count,
-            exceeds_pool=unresolvable_count,
-            examined=len(candidates),
-        )
-    if not rejected_count:
-        return FilterDecision(passed=candidates, outcome=Outcome.FIT, examined=len(candidates))
-    if isinstance(candidates, NameList):
-        names, plain = candidates.array(), candidates.distinct()
-    else:
-        names, plain = np.array(candidates, dtype=object), False
+    return admitted, any_unresolvable, short_groups, unresolvable_groups
 
-    def by_reason(groups: list[tuple[str, npt.NDArray[np.bool_]]]) -> Mapping[str, str]:
-        if plain:
-            return RejectedByReason(names, groups)
-        built: dict[str, str] = {}  # a name given twice is one entry, as in the per-node path
-        for reason, mask in groups:
-            built.update(dict.fromkeys(names[mask].tolist(), reason))
-        return built
 
-    failed = by_reason([(reason, mask & ~any_unresolvable) for reason, mask in short_groups])
-    unresolvable = by_reason(unresolvable_groups)
-    kept = names[admitted].tolist()
+def _scanned_sizes_on_columns(
+    sample: Sample[str], rejected_at: npt.NDArray[np.intp], candidates: NameList, views: Sequence[SizeView]
+) -> FilterDecision:
+    """``filter_sizes`` for a judged scan that kept some (``_scanned_on_columns`` for several sizes): the
+    rejected (hundreds on a nearly full cluster) counted and grouped by reason on each size's columns,
+    their names selected only if read."""
+    _, any_unresolvable, short_groups, unresolvable_groups = _size_groups(candidates, views, rejected_at)
+    names = candidates.array()[rejected_at]
+    exceeds_pool = int(np.count_nonzero(any_unresolvable))
     return FilterDecision(
-        passed=kept,
-        failed=failed,
-        unresolvable=unresolvable,
-        outcome=Outcome.FIT if kept else Outcome.NO_HUGEPAGE_CAPACITY if failed else Outcome.NO_COMPATIBLE_NODE,
-        insufficient=len(failed),
-        exceeds_pool=len(unresolvable),
-        examined=len(candidates),
+        passed=sample.kept,
+        failed=RejectedByReason(names, [(reason, mask & ~any_unresolvable) for reason, mask in short_groups]),
+        unresolvable=RejectedByReason(names, unresolvable_groups),
+        outcome=Outcome.FIT,
+        insufficient=len(rejected_at) - exceeds_pool,
+        exceeds_pool=exceeds_pool,
+        examined=len(sample.kept) + len(rejected_at),
+        widened=sample.widened,
     )
 
 

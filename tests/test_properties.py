@@ -465,7 +465,7 @@ def test_two_sizes_on_the_columns_decide_and_score_as_node_by_node(  # noqa: PLR
     seed: int,
 ) -> None:
     """The numpy path of a pod of two sizes (each size's columns, combined) is the node-by-node one:
-    every candidate examined, a best-of-K scan that finds no node at all, and the scores."""
+    every candidate examined, a best-of-K scan that finds no node at all or some, and the scores."""
     known = sorted(cluster)
     names = [known[p] if p < len(known) else f"unknown-{p}" for p in picks]
     candidates: Sequence[str] = names
@@ -490,6 +490,82 @@ def test_two_sizes_on_the_columns_decide_and_score_as_node_by_node(  # noqa: PLR
     sampled_s = filter_sizes(demand, names, views=plain, policy=policy, rng=random.Random(seed))
     assert set(sampled_v.passed) == set(sampled_s.passed)
     assert sampled_v.outcome == sampled_s.outcome
+    # And the same rejected, with the same reasons and counts (a widened scan that kept some counts
+    # and groups its rejected on the columns, names selected only when read).
+    assert dict(sampled_v.failed) == dict(sampled_s.failed)
+    assert dict(sampled_v.unresolvable) == dict(sampled_s.unresolvable)
+    counts = ("insufficient", "exceeds_pool", "examined", "widened")
+    assert [getattr(sampled_v, c) for c in counts] == [getattr(sampled_s, c) for c in counts]
     scores_v = prioritize_sizes(demand, candidates, views=columned, policy=policy)
     scores_s = prioritize_sizes(demand, names, views=plain, policy=policy)
     assert scores_v.scores.tolist() == scores_s.scores.tolist()
+
+
+# An account of the 1 GiB size per verdict for a need of two 1 GiB pages, as VERDICT_ACCOUNTS for 2 MiB.
+GIG_NEED_PAGES = 2
+GIG_VERDICT_ACCOUNTS = {
+    Fit.FITS: NodeAccount(page_size=GIB, total_pages=16, used_pages=2),
+    Fit.INSUFFICIENT: NodeAccount(page_size=GIB, total_pages=16, used_pages=15),
+    Fit.NO_POOL: NodeAccount(page_size=GIB),
+    Fit.EXCEEDS_POOL: NodeAccount(page_size=GIB, total_pages=1),
+    Fit.HELD_OUTSIDE: NodeAccount(page_size=GIB, total_pages=4, reserved_pages=3),
+}
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    verdicts=st.lists(
+        st.tuples(st.sampled_from([*VERDICT_ACCOUNTS, None]), st.sampled_from(list(GIG_VERDICT_ACCOUNTS))),
+        min_size=VECTOR_THRESHOLD + 1,
+        max_size=400,
+    ),
+    fit_one_in=st.sampled_from([1, 3, 10, 10, 30, 1000]),
+    k=st.integers(1, 20),
+    widening=st.sampled_from(list(Widening)),
+    seed=st.integers(),
+    in_place=st.sampled_from([True, True, False]),
+    repeat=st.sampled_from([False, False, True]),
+)
+def test_best_of_k_of_two_sizes_on_the_columns_decides_as_one_node_at_a_time(  # noqa: PLR0917 (hypothesis)
+    verdicts: list[tuple[Fit | None, Fit]],
+    fit_one_in: int,
+    k: int,
+    widening: Widening,
+    seed: int,
+    in_place: bool,
+    repeat: bool,
+) -> None:
+    """A pod of two sizes on a nearly full cluster: a widened scan judged on each size's columns (its
+    rejected grouped by reason there, the first unresolvable size's, else the first without room)
+    keeps, rejects and answers as the node-by-node path."""
+    rng = random.Random(seed)
+    kinds = [
+        (Fit.INSUFFICIENT if small in (Fit.FITS, None) and rng.randrange(fit_one_in) else small, large)
+        for small, large in verdicts
+    ]
+    small = {f"n{i}": VERDICT_ACCOUNTS[s] for i, (s, _) in enumerate(kinds) if s is not None}
+    large = {f"n{i}": GIG_VERDICT_ACCOUNTS[g] for i, (s, g) in enumerate(kinds) if s is not None}
+    names = [f"n{i}" for i in range(len(kinds))] + (["n0", "n1"] if repeat else [])  # a name given twice
+    candidates: Sequence[str] = names
+    if in_place:
+        read = NameList.read(msgspec.json.encode(names))
+        assert read is not None
+        candidates = read
+    need_2m, need_1g = NEED_PAGES * PAGE, GIG_NEED_PAGES * GIB
+    plain = [SizeView(need_2m, small, REASONS), SizeView(need_1g, large, REASONS_1G)]
+    columned = [dataclasses.replace(v, columns=_columns_of(dict(v.accounts))) for v in plain]
+    demand = PodDemand(need_2m, 100, more_bytes=(need_1g,))
+    policy = Policy(mode=Mode.ENFORCE, sample_size=k, widening=widening)
+    vector = filter_sizes(demand, candidates, views=columned, policy=policy, rng=random.Random(seed))
+    scalar = filter_sizes(demand, names, views=plain, policy=policy, rng=random.Random(seed))
+    assert list(vector.passed) == list(scalar.passed)  # the same picks, in the same order
+    assert dict(vector.failed) == dict(scalar.failed)
+    assert dict(vector.unresolvable) == dict(scalar.unresolvable)
+    assert dataclasses.replace(vector, passed=[], failed={}, unresolvable={}) == dataclasses.replace(
+        scalar, passed=[], failed={}, unresolvable={}
+    )
+    pod = Pod(metadata=ObjectMeta(name="p", namespace="default", uid="u"), spec=PodSpec(containers=[]))
+    answers = [
+        msgspec.json.decode(render_filter(ExtenderArgs(pod, c), d)) for c, d in ((candidates, vector), (names, scalar))
+    ]
+    assert answers[0] == answers[1]
