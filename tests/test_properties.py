@@ -3,13 +3,17 @@
 import dataclasses
 import random
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from extender.capacity import Fit, NodeAccount, ceiling_bytes, fits, headroom_bytes, numa_headroom_bytes
+from extender.cluster import ClusterState
+from extender.columns import FIELDS as COLUMN_FIELDS
 from extender.columns import NodeColumns
+from extender.config import build_config
 from extender.decision import (
     VECTOR_THRESHOLD,
     FilterDecision,
@@ -23,12 +27,13 @@ from extender.decision import (
     size_verdict,
 )
 from extender.namelist import NameList
+from extender.nodereport import PoolReport
 from extender.objects import ObjectMeta, Pod, PodSpec
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, Widening
 from extender.scoring import hugepage_load, node_load, priorities, priority
 from extender.wire import ExtenderArgs, render_filter
-from tests.conftest import examples
+from tests.conftest import Clock, examples, make_node, make_pod
 
 PAGE = 2 * 1024 * 1024
 REASONS = Reasons.for_resource("hugepages-2Mi")
@@ -569,3 +574,88 @@ def test_best_of_k_of_two_sizes_on_the_columns_decides_as_one_node_at_a_time(  #
         msgspec.json.decode(render_filter(ExtenderArgs(pod, c), d)) for c, d in ((candidates, vector), (names, scalar))
     ]
     assert answers[0] == answers[1]
+
+
+# --------------------------------------------------------------------------- the state's accounts after any change
+
+_NODES = ("a", "b", "c", "d")
+_PODS = ("p", "q", "r")
+state_changes = st.lists(
+    st.one_of(
+        st.tuples(st.just("node"), st.sampled_from(_NODES), st.sampled_from([None, "0", "2Gi", "8Gi"])),
+        st.tuples(st.just("remove node"), st.sampled_from(_NODES)),
+        st.tuples(
+            st.just("pod"),
+            st.sampled_from(_PODS),
+            st.sampled_from([None, *_NODES]),
+            st.sampled_from(["Pending", "Running", "Succeeded"]),
+        ),
+        st.tuples(st.just("remove pod"), st.sampled_from(_PODS)),
+        st.tuples(
+            st.just("hold"),
+            st.sampled_from(_PODS),
+            st.lists(st.sampled_from(_NODES), min_size=1, max_size=4),
+            st.integers(1, 3000).map(lambda thirds: thirds * PAGE // 3),  # whole pages and not
+            st.integers(0, 4000),
+        ),
+        st.tuples(st.just("release"), st.sampled_from(_PODS)),
+        st.tuples(st.just("time"), st.integers(0, 60)),
+        st.tuples(
+            st.just("report"), st.sampled_from(_NODES), st.integers(0, 5000), st.integers(0, 300), st.integers(-60, 0)
+        ),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(changes=state_changes)
+def test_after_any_changes_every_account_and_column_is_a_rebuild_of_it(changes: list[tuple[Any, ...]]) -> None:
+    """Holds placed, released and expired update only the held figures of the nodes they touch
+    (``ClusterState._refresh_holds``, ``NodeColumns.put_held``): after any sequence of changes of every
+    kind, each account, its headroom, the room freed (``take_freed``) and the columns are what a state
+    rebuilding every touched account whole (``_refresh``, as before) has, and what rebuilding every
+    account from scratch gives, so no decision reading them can differ."""
+    clock = Clock()
+    state, whole = (ClusterState(build_config({}, {}), clock=clock, wall_clock=clock) for _ in range(2))
+    whole._refresh_holds = whole._refresh  # type: ignore[method-assign] # the reference: rebuilt whole
+    for each in (state, whole):
+        each.replace([make_node(name, hugepages="4Gi") for name in _NODES[:2]], [])
+    for change in changes:
+        for each in (state, whole):
+            _change(each, clock, change)
+        if change[0] == "time":
+            clock.now += change[1]
+            for each in (state, whole):
+                each.expire_holds()
+                each.expire_reports()
+        assert state.accounts == whole.accounts
+        assert state.headroom == whole.headroom
+        if change[0] in ("hold", "release", "time"):
+            assert state.take_freed() == whole.take_freed()
+            state.columns.column("headroom")  # the columns read between changes, as a filter reads them
+    rebuilt = {name: state._account(name) for name in state.accounts}  # every account anew
+    assert state.accounts == rebuilt
+    assert state.headroom == {name: headroom_bytes(account) for name, account in rebuilt.items()}
+    fresh, names = _columns_of(rebuilt), sorted(rebuilt)
+    for field in COLUMN_FIELDS:
+        ours = state.columns.column(field)[state.columns.slots(names)].tolist()
+        assert ours == fresh.column(field)[fresh.slots(names)].tolist(), field
+
+
+def _change(state: ClusterState, clock: Clock, change: tuple[Any, ...]) -> None:
+    match change:
+        case ("node", name, hugepages):
+            state.apply_node(make_node(name, hugepages=hugepages, cpu="8"))
+        case ("remove node", name):
+            state.remove_node(name)
+        case ("pod", name, node, phase):
+            state.apply_pod(make_pod(name, uid=name, hugepages="1Gi", cpu="1", node=node, phase=phase))
+        case ("remove pod", name):
+            state.remove_pod(name)
+        case ("hold", uid, nodes, need, cpu):
+            state.hold(uid, nodes, PodDemand(need, cpu), 30)
+        case ("release", uid):
+            state.release(uid)
+        case ("report", name, total, outside, age):
+            state.apply_report(name, PoolReport(clock.now + age, "test", total, outside, None, 0, ()))
