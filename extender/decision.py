@@ -95,20 +95,31 @@ class RejectedByReason(Mapping[str, str]):
     and each is given once, so ``wire`` writes the JSON object with one string join per
     reason, and the names are selected only when written or read: no dict of 4,500
     entries is built and encoded for a K = 0 answer on a full cluster. Read as a
-    mapping, it builds that dict on first use.
+    mapping, it builds that dict on first use. With ``at`` (positions into ``names``),
+    the masks are over those positions: the rejected of a scan that kept
+    some, whose names are seldom read (kube-scheduler reads them only when none pass).
     """
 
-    __slots__ = ("_dict", "_masks", "_names")
+    __slots__ = ("_at", "_dict", "_masks", "_names")
 
-    def __init__(self, names: npt.NDArray[np.object_], masks: Sequence[tuple[str, npt.NDArray[np.bool_]]]) -> None:
+    def __init__(
+        self,
+        names: npt.NDArray[np.object_],
+        masks: Sequence[tuple[str, npt.NDArray[np.bool_]]],
+        at: npt.NDArray[np.intp] | None = None,
+    ) -> None:
         self._names = names
+        self._at = at
         self._masks = tuple((reason, mask) for reason, mask in masks if mask.any())
         self._dict: dict[str, str] | None = None
 
     @property
     def groups(self) -> Iterator[tuple[str, list[str]]]:
         """Each reason with the names it rejects, in the candidates' order."""
-        return ((reason, self._names[mask].tolist()) for reason, mask in self._masks)
+        names, at = self._names, self._at
+        if at is None:
+            return ((reason, names[mask].tolist()) for reason, mask in self._masks)
+        return ((reason, names[at[mask]].tolist()) for reason, mask in self._masks)
 
     def _mapping(self) -> dict[str, str]:
         if self._dict is None:
@@ -339,13 +350,13 @@ def _scanned_on_columns(  # noqa: PLR0917 (a sample and what it was drawn for)
         return _decision_of(whole, need, candidates, accounts, Mode.ENFORCE, reasons, numa=False, columns=columns)
     slots = columns.slots(candidates)[rejected_at]
     unresolvable = need > columns.column("ceiling")[slots]
-    names = candidates.array()[rejected_at]
+    names = candidates.array()  # selected only if read
     exceeds_pool = int(np.count_nonzero(unresolvable))
     groups = _unresolvable_groups(need, slots, unresolvable, columns, reasons) if exceeds_pool else []
     return FilterDecision(
         passed=sample.kept,
-        failed=RejectedByReason(names, [(reasons.insufficient, ~unresolvable)]),
-        unresolvable=RejectedByReason(names, groups),
+        failed=RejectedByReason(names, [(reasons.insufficient, ~unresolvable)], rejected_at),
+        unresolvable=RejectedByReason(names, groups, rejected_at),
         outcome=Outcome.FIT,
         insufficient=len(rejected_at) - exceeds_pool,
         exceeds_pool=exceeds_pool,
@@ -747,12 +758,13 @@ def _scanned_sizes_on_columns(
     rejected (hundreds on a nearly full cluster) counted and grouped by reason on each size's columns,
     their names selected only if read."""
     _, any_unresolvable, short_groups, unresolvable_groups = _size_groups(candidates, views, rejected_at)
-    names = candidates.array()[rejected_at]
+    names = candidates.array()  # selected only if read
     exceeds_pool = int(np.count_nonzero(any_unresolvable))
+    short = [(reason, mask & ~any_unresolvable) for reason, mask in short_groups]
     return FilterDecision(
         passed=sample.kept,
-        failed=RejectedByReason(names, [(reason, mask & ~any_unresolvable) for reason, mask in short_groups]),
-        unresolvable=RejectedByReason(names, unresolvable_groups),
+        failed=RejectedByReason(names, short, rejected_at),
+        unresolvable=RejectedByReason(names, unresolvable_groups, rejected_at),
         outcome=Outcome.FIT,
         insufficient=len(rejected_at) - exceeds_pool,
         exceeds_pool=exceeds_pool,
