@@ -181,16 +181,20 @@ def run(
         with contextlib.ExitStack() as servers:
             ours = servers.enter_context(server_process("benchmarks.extender_server", *shape))
             null = servers.enter_context(server_process("benchmarks.null_extender"))
-            targets = [(case, f"{ours.url}/filter", body) for case, body in bodies.items()]
-            # The bases are sent the first case's body (the same names as every case's).
-            first = next(iter(bodies.values()))
-            targets += [(base, f"{null.url}{path}", first) for base, path in BASES.items()]
+            two = None
             if two_sizes is not None:
                 two = servers.enter_context(
                     server_process("benchmarks.extender_server", *shape, "--resource-names", RESOURCE_NAMES)
                 )
-                targets += [(TWO + case, f"{two.url}/filter", body) for case, body in bodies.items()]
-                targets += [(BOTH + case, f"{two.url}/filter", body) for case, body in both_bodies.items()]
+            targets = []
+            for case, body in bodies.items():
+                targets.append((case, f"{ours.url}/filter", body))
+                if two is not None:  # each case's variants one after the other: the same moment of the machine
+                    targets.append((TWO + case, f"{two.url}/filter", body))
+                    targets.append((BOTH + case, f"{two.url}/filter", both_bodies[case]))
+            # The bases are sent the first case's body (the same names as every case's).
+            first = next(iter(bodies.values()))
+            targets += [(base, f"{null.url}{path}", first) for base, path in BASES.items()]
             per_round, answers = asyncio.run(_measure(targets, rounds, requests))
 
         def p50(name: str, times: list[Times] = per_round) -> float:
