@@ -150,6 +150,9 @@ class FilterDecision:
     exceeds_pool: int = 0  # nodes that can never hold it: no pool, pool (less pages held outside) too small
     examined: int = 0
     widened: bool = False
+    # A decision over several sizes (filter_sizes): per size, in the views' order, the rejected nodes
+    # (insufficient, exceeds_pool) whose verdict comes from that size; empty over one size (all its own).
+    by_size: tuple[tuple[int, int], ...] = ()
 
     @property
     def chosen(self) -> str | None:
@@ -583,6 +586,7 @@ def filter_sizes(
     if isinstance(sample, FilterDecision):
         return sample
     verdicts = {name: size_verdict(views, name, numa=numa) for name in sample.rejected}
+    by_size = _counts_by_size(views, (verdicts[name] for name in sample.rejected))
     if policy.mode is Mode.SHADOW:
         # Counted per candidate given, as for one size.
         exceeds = sum(1 for name in sample.rejected if verdicts[name][0].unresolvable)
@@ -592,6 +596,7 @@ def filter_sizes(
             insufficient=len(sample.rejected) - exceeds,
             exceeds_pool=exceeds,
             examined=len(candidates),
+            by_size=by_size,
         )
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
@@ -616,7 +621,17 @@ def filter_sizes(
         exceeds_pool=exceeds_pool,
         examined=len(sample.kept) + len(sample.rejected),
         widened=sample.widened,
+        by_size=_counts_by_size(views, verdicts.values()),
     )
+
+
+def _counts_by_size(views: Sequence[SizeView], verdicts: Iterable[tuple[Fit, SizeView]]) -> tuple[tuple[int, int], ...]:
+    """(insufficient, exceeds_pool) per size, in the views' order, of the verdicts (``size_verdict``'s)."""
+    position = {id(view): index for index, view in enumerate(views)}
+    counts = [[0, 0] for _ in views]
+    for verdict, view in verdicts:
+        counts[position[id(view)]][verdict.unresolvable] += 1
+    return tuple((insufficient, exceeds) for insufficient, exceeds in counts)
 
 
 def _all_read(views: Sequence[SizeView], candidates: Sequence[str]) -> bool:
@@ -664,13 +679,15 @@ def _sizes_admitted(candidates: Sequence[str], views: Sequence[SizeView]) -> npt
 
 
 Groups = list[tuple[str, npt.NDArray[np.bool_]]]  # (reason, mask): the rejected nodes of each reason
+# Per size, the rejected whose verdict comes from it: (short of room, never), a mask each.
+SizeMasks = list[tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]]
 
 
 def _decide_sizes_on_columns(candidates: Sequence[str], views: Sequence[SizeView], mode: Mode) -> FilterDecision:
     """``filter_sizes`` for a policy that examines every candidate, over many candidates: each size's
     verdicts from its columns (``_size_groups``), no Python work per node but the names of the answer.
     Property tests hold it equal to the node-by-node path."""
-    admitted, any_unresolvable, short_groups, unresolvable_groups = _size_groups(candidates, views)
+    admitted, any_unresolvable, short_groups, unresolvable_groups, by_size = _size_groups(candidates, views)
     rejected_count = len(candidates) - int(np.count_nonzero(admitted))
     unresolvable_count = int(np.count_nonzero(any_unresolvable))
     if mode is Mode.SHADOW:
@@ -680,9 +697,12 @@ def _decide_sizes_on_columns(candidates: Sequence[str], views: Sequence[SizeView
             insufficient=rejected_count - unresolvable_count,
             exceeds_pool=unresolvable_count,
             examined=len(candidates),
+            by_size=_counted(by_size),  # per candidate given, as the totals
         )
     if not rejected_count:
-        return FilterDecision(passed=candidates, outcome=Outcome.FIT, examined=len(candidates))
+        return FilterDecision(
+            passed=candidates, outcome=Outcome.FIT, examined=len(candidates), by_size=_counted(by_size)
+        )
     if isinstance(candidates, NameList):
         names, plain = candidates.array(), candidates.distinct()
     else:
@@ -707,23 +727,26 @@ def _decide_sizes_on_columns(candidates: Sequence[str], views: Sequence[SizeView
         insufficient=len(failed),
         exceeds_pool=len(unresolvable),
         examined=len(candidates),
+        by_size=_counted(by_size) if plain else _counted(by_size, names),
     )
 
 
 def _size_groups(
     candidates: Sequence[str], views: Sequence[SizeView], at: npt.NDArray[np.intp] | None = None
-) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], Groups, Groups]:
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], Groups, Groups, SizeMasks]:
     """Every size's verdicts from its columns (headroom: room; ceiling: unresolvable) for the candidates
     (those at positions ``at``, when given), combined as ``size_verdict`` combines them: the first
     unresolvable size, else the first without room. Returns which are admitted, which are unresolvable
-    in some size, the masks of each reason short of room (to be read without the unresolvable), and
-    those of each unresolvable reason."""
+    in some size, the masks of each reason short of room (to be read without the unresolvable), those
+    of each unresolvable reason, and per size the masks of the rejected whose verdict comes from it
+    (``_counted``: ``FilterDecision.by_size``)."""
     count = len(candidates) if at is None else len(at)
     admitted = np.ones(count, dtype=bool)
     any_unresolvable = np.zeros(count, dtype=bool)
     any_short = np.zeros(count, dtype=bool)
     unresolvable_groups: Groups = []
     short_groups: Groups = []
+    nevers: list[npt.NDArray[np.bool_]] = []
     for view in views:
         columns = cast("NodeColumns", view.columns)
         slots = columns.slots(candidates)
@@ -736,6 +759,7 @@ def _size_groups(
         any_unresolvable |= never
         short_groups.append((view.reasons.insufficient, ~room & ~never & ~any_short))
         any_short |= ~room & ~never
+        nevers.append(first_never)
         if first_never.any():
             total = columns.column("total_pages")[slots]
             page = columns.column("page_size")[slots]
@@ -748,7 +772,16 @@ def _size_groups(
                 (view.reasons.exceeds_pool, exceeds),
                 (view.reasons.held_outside, first_never & ~no_pool & ~exceeds),
             ]
-    return admitted, any_unresolvable, short_groups, unresolvable_groups
+    by_size = [(short & ~any_unresolvable, never) for (_, short), never in zip(short_groups, nevers, strict=True)]
+    return admitted, any_unresolvable, short_groups, unresolvable_groups, by_size
+
+
+def _counted(by_size: SizeMasks, names: npt.NDArray[np.object_] | None = None) -> tuple[tuple[int, int], ...]:
+    """``FilterDecision.by_size`` from ``_size_groups``' masks: per candidate, or per name given (``names``: a
+    name given twice is one rejected node, as in the per-node path)."""
+    if names is None:
+        return tuple((int(np.count_nonzero(short)), int(np.count_nonzero(never))) for short, never in by_size)
+    return tuple((len(set(names[short].tolist())), len(set(names[never].tolist()))) for short, never in by_size)
 
 
 def _scanned_sizes_on_columns(
@@ -757,7 +790,7 @@ def _scanned_sizes_on_columns(
     """``filter_sizes`` for a judged scan that kept some (``_scanned_on_columns`` for several sizes): the
     rejected (hundreds on a nearly full cluster) counted and grouped by reason on each size's columns,
     their names selected only if read."""
-    _, any_unresolvable, short_groups, unresolvable_groups = _size_groups(candidates, views, rejected_at)
+    _, any_unresolvable, short_groups, unresolvable_groups, by_size = _size_groups(candidates, views, rejected_at)
     names = candidates.array()  # selected only if read
     exceeds_pool = int(np.count_nonzero(any_unresolvable))
     short = [(reason, mask & ~any_unresolvable) for reason, mask in short_groups]
@@ -770,6 +803,7 @@ def _scanned_sizes_on_columns(
         exceeds_pool=exceeds_pool,
         examined=len(sample.kept) + len(rejected_at),
         widened=sample.widened,
+        by_size=_counted(by_size),  # each name given once (the caller checked)
     )
 
 

@@ -391,12 +391,19 @@ def test_a_pod_of_two_sizes_is_admitted_only_where_each_pool_holds_it(  # noqa: 
         assert bool(decision.passed) == bool(both)  # fullscan and K = 0 never fail while a node fits
     if policy.sample_size == 0:
         assert list(decision.passed) == [n for n in names if n in both]
+    counted = [[0, 0], [0, 0]]  # per size: the rejected whose verdict comes from it, short of room and never
     for name, reason in {**decision.failed, **decision.unresolvable}.items():
         if reason == REASONS.not_sampled:
             continue
         verdict, view = size_verdict(views, name, numa=numa)
         assert reason == view.reasons.of(verdict)
         assert (name in decision.unresolvable) == verdict.unresolvable
+        counted[0 if view is views[0] else 1][verdict.unresolvable] += 1
+    assert decision.by_size == tuple(map(tuple, counted))  # the metrics' counts by size
+    assert (decision.insufficient, decision.exceeds_pool) == (
+        counted[0][0] + counted[1][0],
+        counted[0][1] + counted[1][1],
+    )
     # Ranking agrees with admission: every admitted node's tightest pool is within 1 at alpha 0.
     scores = dict(prioritize_sizes(demand, decision.passed, views=views, policy=policy))
     for name in decision.passed:
