@@ -108,6 +108,7 @@ def main() -> int:
         lambda: serving,
         part="http",
     )
+    two_sizes: list[dict[str, Any]] = []
     section(
         "full",
         "Filter on full clusters over HTTP (one client, NodeNames, every node a candidate; base = 1)",
@@ -117,7 +118,15 @@ def main() -> int:
             rounds=3 if args.quick else 5,
             requests=10 if args.quick else 60,
             log=lambda line: print(line, file=sys.stderr),
+            two_sizes=two_sizes,
         ),
+    )
+    section(
+        "full_two_sizes",
+        "Filter on full clusters, two page sizes guarded against one (the same rounds; one size = 1)",
+        full_cluster.SIZES_COLUMNS,
+        lambda: two_sizes,
+        part="full",
     )
     section(
         "concurrency",

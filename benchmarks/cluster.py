@@ -16,11 +16,12 @@ from extender.objects import Node, Pod
 ENFORCE = {"defaults": {"mode": "enforce", "sampleSize": 3, "widening": "fullscan"}}
 
 
-def node_document(i: int, rng: random.Random) -> dict[str, Any]:
+def node_document(i: int, rng: random.Random, one_gib_pool: str | None = None) -> dict[str, Any]:
     """A Node about the size of a real one (labels, conditions, images), so full-Nodes
-    requests weigh what they weigh in a cluster."""
+    requests weigh what they weigh in a cluster; ``one_gib_pool``: a ``hugepages-1Gi`` pool
+    of that size beside the 64 GiB ``hugepages-2Mi`` one."""
     name = f"node-{i:05d}"
-    return {
+    document: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
@@ -55,12 +56,26 @@ def node_document(i: int, rng: random.Random) -> dict[str, Any]:
             "nodeInfo": {"kubeletVersion": "v1.37.2", "containerRuntimeVersion": "containerd://2.1.0"},
         },
     }
+    if one_gib_pool:
+        for key in ("capacity", "allocatable"):
+            document["status"][key]["hugepages-1Gi"] = one_gib_pool
+    return document
 
 
-def pod_document(name: str, hugepages: str | None, node: str | None = None, namespace: str = "bench") -> dict[str, Any]:
+def pod_document(
+    name: str,
+    hugepages: str | None,
+    node: str | None = None,
+    namespace: str = "bench",
+    *,
+    one_gib: str | None = None,
+) -> dict[str, Any]:
+    """A pod asking ``hugepages`` of ``hugepages-2Mi`` and ``one_gib`` of ``hugepages-1Gi`` (None: none)."""
     requests: dict[str, str] = {"cpu": "500m", "memory": "1Gi"}
     if hugepages:
         requests["hugepages-2Mi"] = hugepages
+    if one_gib:
+        requests["hugepages-1Gi"] = one_gib
     document: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -99,22 +114,33 @@ def synthetic_cluster(
 
 
 def synthetic_state(
-    nodes: int, pods: int, config_document: dict[str, Any] | None = None, seed: int = 1, full_percent: int = 0
+    nodes: int,
+    pods: int,
+    config_document: dict[str, Any] | None = None,
+    seed: int = 1,
+    full_percent: int = 0,
+    *,
+    one_gib_pool: str | None = None,
 ) -> tuple[Config, ClusterState]:
     """The state of ``synthetic_cluster`` alone: each document is dropped once read, as the
     extender's reflector drops each object, so a process holding it weighs what the extender does.
 
     ``full_percent``: that many nodes of every hundred get one more bound pod that takes what is
-    left of their pool (full by pod requests: a resolvable rejection, as in a busy cluster)."""
+    left of their pool (full by pod requests: a resolvable rejection, as in a busy cluster).
+    ``one_gib_pool``: every node has a ``hugepages-1Gi`` pool of that size too, which the bound pods
+    ask none of, and the pod that fills a node's 2 MiB pool takes the whole of it (the same pods,
+    whether the config guards one size or both)."""
     rng = random.Random(seed)
-    config, state = _state((node_document(i, rng) for i in range(nodes)), pods, config_document)
+    documents = (node_document(i, rng, one_gib_pool) for i in range(nodes))
+    config, state = _state(documents, pods, config_document)
     for i in range(nodes):
         if i % 100 < full_percent:
             name = f"node-{i:05d}"
             account = state.accounts[name]
             left = (account.total_pages - account.committed_pages) * account.page_size
-            if left > 0:
-                state.apply_pod(msgspec.convert(pod_document(f"fill-{i}", str(left), name), Pod))
+            if left > 0 or one_gib_pool:
+                fill = pod_document(f"fill-{i}", str(left) if left > 0 else None, name, one_gib=one_gib_pool)
+                state.apply_pod(msgspec.convert(fill, Pod))
     return config, state
 
 
@@ -139,10 +165,10 @@ def _state(
     return config, state
 
 
-def node_documents(nodes: int, seed: int = 1) -> list[dict[str, Any]]:
+def node_documents(nodes: int, seed: int = 1, one_gib_pool: str | None = None) -> list[dict[str, Any]]:
     """The same ``nodes`` Node documents for the same seed, in any process."""
     rng = random.Random(seed)
-    return [node_document(i, rng) for i in range(nodes)]
+    return [node_document(i, rng, one_gib_pool) for i in range(nodes)]
 
 
 def request_body(
@@ -152,9 +178,10 @@ def request_body(
     hugepages: str | None,
     namespace: str = "bench",
     pod_name: str = "incoming",
+    one_gib: str | None = None,
 ) -> bytes:
     """An ExtenderArgs body as kube-scheduler sends it (capitalised keys; ``Nodes`` as a NodeList)."""
-    pod = pod_document(pod_name, hugepages, namespace=namespace)
+    pod = pod_document(pod_name, hugepages, namespace=namespace, one_gib=one_gib)
     if full_nodes:
         node_list = {"metadata": {}, "items": documents}
         return msgspec.json.encode({"Pod": pod, "Nodes": node_list, "NodeNames": None})

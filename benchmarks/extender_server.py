@@ -8,6 +8,10 @@ default best-of-K sample (K = 3), pods in ``bench-k16`` a sample of 16 (the most
 a pod on), pods in ``bench-k0`` have every candidate examined (K = 0), pods in ``bench-shadow``
 are in shadow mode (the default mode).
 
+``--one-gib-pool 16Gi`` gives every node a ``hugepages-1Gi`` pool too (taken whole on the nodes
+``--full-percent`` fills); ``--resource-names hugepages-2Mi,hugepages-1Gi`` guards both sizes
+(``resourceNames``; by default the first alone, as ``CONFIG``).
+
 ``--bound-after-ms``: as a cluster's watch would, each pod a filter held nodes for shows up bound
 (to the first node held) that long after the filter, and is deleted a second later, on the same
 event loop: the holds of a stream of new pods then end as they do in a cluster, and the state stays
@@ -56,13 +60,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--pods", type=int, help=f"bound pods (default: {PODS_PER_NODE} a node, at most {MAX_PODS:,})")
     parser.add_argument("--full-percent", type=int, default=0, help="nodes of every hundred whose pool is full")
+    parser.add_argument("--one-gib-pool", help="every node has a hugepages-1Gi pool of this size (e.g. 16Gi)")
+    parser.add_argument("--resource-names", help="the sizes guarded, comma-separated (default: hugepages-2Mi)")
     parser.add_argument(
         "--bound-after-ms", type=float, default=0.0, help="a held pod shows up bound this long after its filter"
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     pods = min(args.nodes * PODS_PER_NODE, MAX_PODS) if args.pods is None else args.pods
-    config, state = synthetic_state(args.nodes, pods, CONFIG, full_percent=args.full_percent)
+    config_document = CONFIG
+    if args.resource_names:
+        config_document = {**CONFIG, "resourceNames": args.resource_names.split(",")}
+    config, state = synthetic_state(
+        args.nodes, pods, config_document, full_percent=args.full_percent, one_gib_pool=args.one_gib_pool
+    )
     freeze_cache()  # as `serve` does once its cache is listed
     extender = Extender(config, state, Metrics())
     app = create_app(extender)

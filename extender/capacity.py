@@ -96,22 +96,29 @@ def headroom_bytes(account: NodeAccount) -> int:
     """The largest request ``fits`` admits, in bytes (whole pages): one integer
     comparison per node for the filter's hot loop, equal to ``fits(...).admits``
     for every request of at least one byte."""
-    if not account.known:
+    # The properties (known, has_pool, committed_pages, held_pages) spelt out: this runs for every
+    # node a hold, a pod or a record changes, and each property is a Python call.
+    page = account.page_size
+    if page <= 0:
         return UNBOUNDED
-    if not account.has_pool or account.committed_pages >= account.total_pages:
+    total = account.total_pages
+    committed = account.used_pages + account.reserved_pages
+    if total <= 0 or committed >= total:
         return -1
-    return (account.total_pages - account.committed_pages - account.held_pages) * account.page_size
+    return (total - committed + account.held_bytes // -page) * page  # held pages: -(held // -page)
 
 
 def ceiling_bytes(account: NodeAccount) -> int:
     """The largest request the node could ever hold, in bytes (whole pages): a larger one is
     unresolvable (no pool, the whole pool too small, or what pages held outside pods leave);
     equal to ``fits(...).unresolvable`` for every request of at least one byte."""
-    if not account.known:
+    page = account.page_size
+    if page <= 0:
         return UNBOUNDED
-    if not account.has_pool:
+    total = account.total_pages
+    if total <= 0:
         return -1
-    return max(-1, (account.total_pages - account.reserved_pages) * account.page_size)
+    return max(-1, (total - account.reserved_pages) * page)
 
 
 def numa_headroom_bytes(account: NodeAccount) -> int:

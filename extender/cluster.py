@@ -104,6 +104,7 @@ class ClusterState:
         # The accounts again, as numpy columns for decisions over many nodes.
         self._columns = NodeColumns(before_read=self._refresh_columns)
         self._stale_columns: set[str] = set()  # accounts changed since the columns last saw them
+        self._stale_holds: set[str] = set()  # accounts whose holds alone changed since then
         # Nodes whose headroom rose since the last ``take_freed``, each with its headroom before
         # that first rise: room freed, which the scheduler may not know of (docs/design.md, "Requeue").
         self._raised: dict[str, int] = {}
@@ -137,13 +138,22 @@ class ClusterState:
         return self._columns
 
     def _refresh_columns(self) -> None:
-        if self._stale_columns:
-            accounts = self.accounts
-            for name in self._stale_columns:
+        stale, holds = self._stale_columns, self._stale_holds
+        if not (stale or holds):
+            return
+        accounts, columns = self.accounts, self._columns
+        for name in stale:
+            account = accounts.get(name)
+            if account is not None:
+                columns.put(name, account)
+        if holds:
+            headroom = self.headroom
+            for name in holds:  # only what a hold changes is written (ClusterState._refresh_holds)
                 account = accounts.get(name)
-                if account is not None:
-                    self._columns.put(name, account)
-            self._stale_columns.clear()
+                if account is not None and name not in stale and not columns.put_held(name, account, headroom[name]):
+                    columns.put(name, account)
+            holds.clear()
+        stale.clear()
 
     def unready_reason(self) -> str | None:
         """None when decisions may be made from this state; else why not."""
@@ -304,6 +314,7 @@ class ClusterState:
             if room > (old := before.get(name, -1)):
                 self._raised.setdefault(name, old)
         self._stale_columns.clear()
+        self._stale_holds.clear()
         self._columns.clear()
         for name, account in self.accounts.items():
             self._columns.put(name, account)
@@ -470,7 +481,7 @@ class ClusterState:
         earlier = self._ledger.hold_of(uid)
         held_at = now if earlier is None else earlier.held_at
         hold = Hold(nodes_of(nodes), demand.hugepage_bytes, demand.cpu_millis, now + timeout_seconds, held_at)
-        self._refresh(self._ledger.hold(uid, hold))
+        self._refresh_holds(self._ledger.hold(uid, hold))
         return True
 
     def accounts_without(
@@ -501,12 +512,12 @@ class ClusterState:
 
     def release(self, uid: str) -> None:
         """Stop counting a placement in flight (its bind failed)."""
-        self._refresh(self._ledger.release(uid))
+        self._refresh_holds(self._ledger.release(uid))
         for size in self._more:
             size.release(uid)
 
     def expire_holds(self) -> None:
-        self._refresh(self._ledger.expire(self._clock()))
+        self._refresh_holds(self._ledger.expire(self._clock()))
         for size in self._more:
             size.expire_holds()
 
@@ -565,6 +576,29 @@ class ClusterState:
                     self._raised.setdefault(name, old)
                 headroom[name] = room
                 self._stale_columns.add(name)
+
+    def _refresh_holds(self, names: Iterable[str]) -> None:
+        """``_refresh`` after a change of holds alone (a hold placed, released or expired), which is most
+        of a filter's own work on the state: only the accounts' held bytes and CPU change. Every other
+        change to a node rebuilds its account (``_refresh``), so every other field is already what
+        ``_account`` would give: the account is the same with its held figures replaced, and the
+        columns rewrite only what holds change (``NodeColumns.put_held``). O(nodes touched), a few
+        attribute reads each. ``tests/test_properties.py`` holds the state to a rebuild of every account
+        and a fresh table after any sequence of changes."""
+        accounts, headroom, held_on, raised = self.accounts, self.headroom, self._ledger.held_on, self._raised
+        stale = self._stale_holds
+        for name in names:
+            account = accounts.get(name)  # the accounts' names are the nodes'
+            if account is None:
+                continue
+            held_bytes, held_cpu = held_on(name)
+            account = msgspec.structs.replace(account, held_bytes=held_bytes, held_cpu_millis=held_cpu)
+            accounts[name] = account
+            room = headroom_bytes(account)
+            if room > (old := headroom.get(name, -1)):
+                raised.setdefault(name, old)
+            headroom[name] = room
+            stale.add(name)
 
 
 def _more_capacity(capacity: NodeCapacity, index: int) -> NodeCapacity:

@@ -20,8 +20,9 @@ from extender.namelist import NameList
 IntColumn = npt.NDArray[np.int64]
 IntTable = npt.NDArray[np.int64]  # one row per field, one column per slot
 INT64_MAX = (1 << 63) - 1
+KEPT_TABLES = 4  # tables whose slots a name list keeps: one per page size guarded, and to spare
 
-_FIELDS = (
+FIELDS = (
     "page_size",
     "total_pages",
     "committed_pages",
@@ -32,7 +33,8 @@ _FIELDS = (
     "headroom",  # capacity.headroom_bytes
     "ceiling",  # capacity.ceiling_bytes
 )  # put() writes a node's values in this order
-_ROW = {field: row for row, field in enumerate(_FIELDS)}
+_ROW = {field: row for row, field in enumerate(FIELDS)}
+_HELD_PAGES, _CPU_BUSY, _HEADROOM = _ROW["held_pages"], _ROW["cpu_busy_millis"], _ROW["headroom"]
 
 
 class NodeColumns:
@@ -45,7 +47,7 @@ class NodeColumns:
         self._size = 1  # slot 0: the unknown node
         # One row per field: a node's values are written in one assignment (a column per field
         # took nine, about 9 us per node changed).
-        self._table: IntTable = np.zeros((len(_FIELDS), capacity), dtype=np.int64)
+        self._table: IntTable = np.zeros((len(FIELDS), capacity), dtype=np.int64)
         self._table[_ROW["headroom"], 0] = UNBOUNDED  # an unknown node is admitted, unlike one without a pool
         self._table[_ROW["ceiling"], 0] = UNBOUNDED
         self._layout = 0  # changes whenever a name gets or loses a slot
@@ -64,12 +66,13 @@ class NodeColumns:
             slot = self._free.pop() if self._free else self._grow()
             self._slot[name] = slot
             self._layout += 1
+        page, used = account.page_size, account.used_pages
         values = (
-            account.page_size,
+            page,
             account.total_pages,
-            account.committed_pages,
-            account.held_pages,
-            account.used_pages,
+            used + account.reserved_pages,  # committed_pages
+            -(account.held_bytes // -page) if page > 0 else 0,  # held_pages (capacity.hugepages_for)
+            used,
             account.cpu_millis,
             account.cpu_requested_millis + account.held_cpu_millis,
             headroom_bytes(account),
@@ -79,6 +82,24 @@ class NodeColumns:
             self._table[:, slot] = values
         except OverflowError:  # a value beyond int64 (see _int64): clamped, only then
             self._table[:, slot] = [_int64(value) for value in values]
+
+    def put_held(self, name: str, account: NodeAccount, headroom: int) -> bool:
+        """``put`` for an account whose holds alone changed since it was put (a hold placed, released
+        or expired): only its held pages, CPU in flight and ``headroom`` (``headroom_bytes`` of it)
+        are written, the other fields being what they were. False, writing nothing, when the node
+        has no slot yet (``put`` it whole)."""
+        slot = self._slot.get(name)
+        if slot is None:
+            return False
+        page = account.page_size
+        table = self._table
+        try:
+            table[_HELD_PAGES, slot] = -(account.held_bytes // -page) if page > 0 else 0
+            table[_CPU_BUSY, slot] = account.cpu_requested_millis + account.held_cpu_millis
+            table[_HEADROOM, slot] = headroom
+        except OverflowError:  # a value beyond int64: the whole row, clamped
+            self.put(name, account)
+        return True
 
     def drop(self, name: str) -> None:
         slot = self._slot.pop(name, None)
@@ -98,18 +119,26 @@ class NodeColumns:
         The slots of a ``NameList`` are kept with it (``NameList.memo``): the same
         immutable list comes back while a scheduler's feasible set stays the same
         (the wire keeps one per scheduler), and mapping 5,000 names again would
-        cost more than scoring them.
+        cost more than scoring them. Each table's slots are kept (at most
+        ``KEPT_TABLES``): with several page sizes guarded, each size's columns read
+        the same list, and a pod asking two sizes must not evict the slots the next
+        pod asking one reads.
         """
         self._before_read()
         in_place = names if isinstance(names, NameList) else None
+        kept: tuple[_Slots, ...] = ()
         if in_place is not None:
             memo = in_place.memo
-            if isinstance(memo, _Slots) and memo.columns is self and memo.layout == self._layout:
-                return memo.slots
+            if isinstance(memo, tuple):
+                kept = memo
+                for entry in kept:
+                    if entry.columns is self and entry.layout == self._layout:
+                        return entry.slots
         found = self._lookup(names)
         found.flags.writeable = False
         if in_place is not None:
-            in_place.memo = _Slots(self, self._layout, found)
+            others = tuple(entry for entry in kept if entry.columns is not self)
+            in_place.memo = (*others[-(KEPT_TABLES - 1) :], _Slots(self, self._layout, found))
         return found
 
     def _lookup(self, names: Sequence[str]) -> npt.NDArray[np.intp]:
@@ -127,7 +156,7 @@ class NodeColumns:
         slot = self._size
         self._size += 1
         if slot >= self._table.shape[1]:
-            grown = np.zeros((len(_FIELDS), self._table.shape[1] * 2), dtype=np.int64)
+            grown = np.zeros((len(FIELDS), self._table.shape[1] * 2), dtype=np.int64)
             grown[:, : self._table.shape[1]] = self._table
             self._table = grown
         return slot

@@ -95,20 +95,31 @@ class RejectedByReason(Mapping[str, str]):
     and each is given once, so ``wire`` writes the JSON object with one string join per
     reason, and the names are selected only when written or read: no dict of 4,500
     entries is built and encoded for a K = 0 answer on a full cluster. Read as a
-    mapping, it builds that dict on first use.
+    mapping, it builds that dict on first use. With ``at`` (positions into ``names``),
+    the masks are over those positions: the rejected of a scan that kept
+    some, whose names are seldom read (kube-scheduler reads them only when none pass).
     """
 
-    __slots__ = ("_dict", "_masks", "_names")
+    __slots__ = ("_at", "_dict", "_masks", "_names")
 
-    def __init__(self, names: npt.NDArray[np.object_], masks: Sequence[tuple[str, npt.NDArray[np.bool_]]]) -> None:
+    def __init__(
+        self,
+        names: npt.NDArray[np.object_],
+        masks: Sequence[tuple[str, npt.NDArray[np.bool_]]],
+        at: npt.NDArray[np.intp] | None = None,
+    ) -> None:
         self._names = names
+        self._at = at
         self._masks = tuple((reason, mask) for reason, mask in masks if mask.any())
         self._dict: dict[str, str] | None = None
 
     @property
     def groups(self) -> Iterator[tuple[str, list[str]]]:
         """Each reason with the names it rejects, in the candidates' order."""
-        return ((reason, self._names[mask].tolist()) for reason, mask in self._masks)
+        names, at = self._names, self._at
+        if at is None:
+            return ((reason, names[mask].tolist()) for reason, mask in self._masks)
+        return ((reason, names[at[mask]].tolist()) for reason, mask in self._masks)
 
     def _mapping(self) -> dict[str, str]:
         if self._dict is None:
@@ -139,6 +150,9 @@ class FilterDecision:
     exceeds_pool: int = 0  # nodes that can never hold it: no pool, pool (less pages held outside) too small
     examined: int = 0
     widened: bool = False
+    # A decision over several sizes (filter_sizes): per size, in the views' order, the rejected nodes
+    # (insufficient, exceeds_pool) whose verdict comes from that size; empty over one size (all its own).
+    by_size: tuple[tuple[int, int], ...] = ()
 
     @property
     def chosen(self) -> str | None:
@@ -271,6 +285,8 @@ def _answer(  # noqa: PLR0917 (a sample, its verdicts, and what it was drawn fro
     candidates: Sequence[str],
     examined: Container[str] | None,
     not_sampled: str,
+    *,
+    by_size: tuple[tuple[int, int], ...] = (),
 ) -> FilterDecision:
     """The enforce answer from a sample and the reasons of the nodes it rejected (``examined``:
     the nodes it looked at; None: those it rejected, as nothing was kept when it matters)."""
@@ -295,6 +311,7 @@ def _answer(  # noqa: PLR0917 (a sample, its verdicts, and what it was drawn fro
         exceeds_pool=exceeds_pool,
         examined=len(sample.kept) + len(sample.rejected),
         widened=sample.widened,
+        by_size=by_size,
     )
 
 
@@ -351,13 +368,13 @@ def _scanned_on_columns(  # noqa: PLR0917 (a sample and what it was drawn for)
         return _decision_of(whole, need, candidates, accounts, Mode.ENFORCE, reasons, numa=False, columns=columns)
     slots = columns.slots(candidates)[rejected_at]
     unresolvable = need > columns.column("ceiling")[slots]
-    names = candidates.array()[rejected_at]
+    names = candidates.array()  # selected only if read
     exceeds_pool = int(np.count_nonzero(unresolvable))
     groups = _unresolvable_groups(need, slots, unresolvable, columns, reasons) if exceeds_pool else []
     return FilterDecision(
         passed=sample.kept,
-        failed=RejectedByReason(names, [(reasons.insufficient, ~unresolvable)]),
-        unresolvable=RejectedByReason(names, groups),
+        failed=RejectedByReason(names, [(reasons.insufficient, ~unresolvable)], rejected_at),
+        unresolvable=RejectedByReason(names, groups, rejected_at),
         outcome=Outcome.FIT,
         insufficient=len(rejected_at) - exceeds_pool,
         exceeds_pool=exceeds_pool,
@@ -465,7 +482,7 @@ def _decide_every_on_columns(
     else:
         names, plain = np.array(candidates, dtype=object), False
 
-    def by_reason(groups: list[tuple[str, npt.NDArray[np.bool_]]]) -> Mapping[str, str]:
+    def by_reason(groups: Groups) -> Mapping[str, str]:
         """Constant reasons: names selected by a mask per reason, no Python work per node."""
         if plain:
             return RejectedByReason(names, groups)
@@ -593,12 +610,23 @@ def filter_sizes(
             insufficient=len(sample.rejected) - exceeds,
             exceeds_pool=exceeds,
             examined=len(candidates),
+            by_size=_counts_by_size(views, (verdicts[name] for name in sample.rejected)),
         )
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     for name, (verdict, view) in verdicts.items():
         (unresolvable if verdict.unresolvable else failed)[name] = view.reasons.of(verdict)
-    return _answer(sample, failed, unresolvable, candidates, verdicts, views[0].reasons.not_sampled)
+    by_size = _counts_by_size(views, verdicts.values())
+    return _answer(sample, failed, unresolvable, candidates, verdicts, views[0].reasons.not_sampled, by_size=by_size)
+
+
+def _counts_by_size(views: Sequence[SizeView], verdicts: Iterable[tuple[Fit, SizeView]]) -> tuple[tuple[int, int], ...]:
+    """(insufficient, exceeds_pool) per size, in the views' order, of the verdicts (``size_verdict``'s)."""
+    position = {id(view): index for index, view in enumerate(views)}
+    counts = [[0, 0] for _ in views]
+    for verdict, view in verdicts:
+        counts[position[id(view)]][verdict.unresolvable] += 1
+    return tuple((insufficient, exceeds) for insufficient, exceeds in counts)
 
 
 def _all_read(views: Sequence[SizeView], candidates: Sequence[str]) -> bool:
@@ -629,7 +657,10 @@ def _sample_sizes(
     if not sample.kept:  # a widened scan judged on the columns rejected every candidate
         decision = _decide_sizes_on_columns(candidates, views, Mode.ENFORCE)
         return dataclasses.replace(decision, widened=True)
-    return dataclasses.replace(sample, rejected=[candidates[at] for at in np.sort(sample.rejected_at).tolist()])
+    rejected_at = np.sort(sample.rejected_at)
+    if isinstance(candidates, NameList) and candidates.distinct():
+        return _scanned_sizes_on_columns(sample, rejected_at, candidates, views)
+    return dataclasses.replace(sample, rejected=[candidates[at] for at in rejected_at.tolist()])
 
 
 def _sizes_admitted(candidates: Sequence[str], views: Sequence[SizeView]) -> npt.NDArray[np.bool_]:
@@ -642,38 +673,16 @@ def _sizes_admitted(candidates: Sequence[str], views: Sequence[SizeView]) -> npt
     return cast("npt.NDArray[np.bool_]", admitted)
 
 
+Groups = list[tuple[str, npt.NDArray[np.bool_]]]  # (reason, mask): the rejected nodes of each reason
+# Per size, the rejected whose verdict comes from it: (short of room, never), a mask each.
+SizeMasks = list[tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]]
+
+
 def _decide_sizes_on_columns(candidates: Sequence[str], views: Sequence[SizeView], mode: Mode) -> FilterDecision:
     """``filter_sizes`` for a policy that examines every candidate, over many candidates: each size's
-    verdicts from its columns (headroom: room; ceiling: unresolvable), combined as ``size_verdict``
-    combines them (the first unresolvable size, else the first without room), no Python work per node
-    but the names of the answer. Property tests hold it equal to the node-by-node path."""
-    admitted = np.ones(len(candidates), dtype=bool)
-    any_unresolvable = np.zeros(len(candidates), dtype=bool)
-    any_short = np.zeros(len(candidates), dtype=bool)
-    unresolvable_groups: list[tuple[str, npt.NDArray[np.bool_]]] = []
-    short_groups: list[tuple[str, npt.NDArray[np.bool_]]] = []
-    for view in views:
-        columns = cast("NodeColumns", view.columns)
-        slots = columns.slots(candidates)
-        room = view.need <= columns.column("headroom")[slots]
-        never = view.need > columns.column("ceiling")[slots]
-        admitted &= room
-        first_never = never & ~any_unresolvable
-        any_unresolvable |= never
-        short_groups.append((view.reasons.insufficient, ~room & ~never & ~any_short))
-        any_short |= ~room & ~never
-        if first_never.any():
-            total = columns.column("total_pages")[slots]
-            page = columns.column("page_size")[slots]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                need_pages = np.where(page > 0, -(-view.need // np.maximum(page, 1)), 0)
-            no_pool = first_never & ((total <= 0) | (page <= 0))
-            exceeds = first_never & ~no_pool & (need_pages > total)
-            unresolvable_groups += [
-                (view.reasons.no_pool, no_pool),
-                (view.reasons.exceeds_pool, exceeds),
-                (view.reasons.held_outside, first_never & ~no_pool & ~exceeds),
-            ]
+    verdicts from its columns (``_size_groups``), no Python work per node but the names of the answer.
+    Property tests hold it equal to the node-by-node path."""
+    admitted, any_unresolvable, short_groups, unresolvable_groups, by_size = _size_groups(candidates, views)
     rejected_count = len(candidates) - int(np.count_nonzero(admitted))
     unresolvable_count = int(np.count_nonzero(any_unresolvable))
     if mode is Mode.SHADOW:
@@ -683,15 +692,18 @@ def _decide_sizes_on_columns(candidates: Sequence[str], views: Sequence[SizeView
             insufficient=rejected_count - unresolvable_count,
             exceeds_pool=unresolvable_count,
             examined=len(candidates),
+            by_size=_counted(by_size),  # per candidate given, as the totals
         )
     if not rejected_count:
-        return FilterDecision(passed=candidates, outcome=Outcome.FIT, examined=len(candidates))
+        return FilterDecision(
+            passed=candidates, outcome=Outcome.FIT, examined=len(candidates), by_size=_counted(by_size)
+        )
     if isinstance(candidates, NameList):
         names, plain = candidates.array(), candidates.distinct()
     else:
         names, plain = np.array(candidates, dtype=object), False
 
-    def by_reason(groups: list[tuple[str, npt.NDArray[np.bool_]]]) -> Mapping[str, str]:
+    def by_reason(groups: Groups) -> Mapping[str, str]:
         if plain:
             return RejectedByReason(names, groups)
         built: dict[str, str] = {}  # a name given twice is one entry, as in the per-node path
@@ -710,6 +722,83 @@ def _decide_sizes_on_columns(candidates: Sequence[str], views: Sequence[SizeView
         insufficient=len(failed),
         exceeds_pool=len(unresolvable),
         examined=len(candidates),
+        by_size=_counted(by_size) if plain else _counted(by_size, names),
+    )
+
+
+def _size_groups(
+    candidates: Sequence[str], views: Sequence[SizeView], at: npt.NDArray[np.intp] | None = None
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], Groups, Groups, SizeMasks]:
+    """Every size's verdicts from its columns (headroom: room; ceiling: unresolvable) for the candidates
+    (those at positions ``at``, when given), combined as ``size_verdict`` combines them: the first
+    unresolvable size, else the first without room. Returns which are admitted, which are unresolvable
+    in some size, the masks of each reason short of room (to be read without the unresolvable), those
+    of each unresolvable reason, and per size the masks of the rejected whose verdict comes from it
+    (``_counted``: ``FilterDecision.by_size``)."""
+    count = len(candidates) if at is None else len(at)
+    admitted = np.ones(count, dtype=bool)
+    any_unresolvable = np.zeros(count, dtype=bool)
+    any_short = np.zeros(count, dtype=bool)
+    unresolvable_groups: Groups = []
+    short_groups: Groups = []
+    nevers: list[npt.NDArray[np.bool_]] = []
+    for view in views:
+        columns = cast("NodeColumns", view.columns)
+        slots = columns.slots(candidates)
+        if at is not None:
+            slots = slots[at]
+        room = view.need <= columns.column("headroom")[slots]
+        never = view.need > columns.column("ceiling")[slots]
+        admitted &= room
+        first_never = never & ~any_unresolvable
+        any_unresolvable |= never
+        short_groups.append((view.reasons.insufficient, ~room & ~never & ~any_short))
+        any_short |= ~room & ~never
+        nevers.append(first_never)
+        if first_never.any():
+            total = columns.column("total_pages")[slots]
+            page = columns.column("page_size")[slots]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                need_pages = np.where(page > 0, -(-view.need // np.maximum(page, 1)), 0)
+            no_pool = first_never & ((total <= 0) | (page <= 0))
+            exceeds = first_never & ~no_pool & (need_pages > total)
+            unresolvable_groups += [
+                (view.reasons.no_pool, no_pool),
+                (view.reasons.exceeds_pool, exceeds),
+                (view.reasons.held_outside, first_never & ~no_pool & ~exceeds),
+            ]
+    by_size = [(short & ~any_unresolvable, never) for (_, short), never in zip(short_groups, nevers, strict=True)]
+    return admitted, any_unresolvable, short_groups, unresolvable_groups, by_size
+
+
+def _counted(by_size: SizeMasks, names: npt.NDArray[np.object_] | None = None) -> tuple[tuple[int, int], ...]:
+    """``FilterDecision.by_size`` from ``_size_groups``' masks: per candidate, or per name given (``names``: a
+    name given twice is one rejected node, as in the per-node path)."""
+    if names is None:
+        return tuple((int(np.count_nonzero(short)), int(np.count_nonzero(never))) for short, never in by_size)
+    return tuple((len(set(names[short].tolist())), len(set(names[never].tolist()))) for short, never in by_size)
+
+
+def _scanned_sizes_on_columns(
+    sample: Sample[str], rejected_at: npt.NDArray[np.intp], candidates: NameList, views: Sequence[SizeView]
+) -> FilterDecision:
+    """``filter_sizes`` for a judged scan that kept some (``_scanned_on_columns`` for several sizes): the
+    rejected (hundreds on a nearly full cluster) counted and grouped by reason on each size's columns,
+    their names selected only if read."""
+    _, any_unresolvable, short_groups, unresolvable_groups, by_size = _size_groups(candidates, views, rejected_at)
+    names = candidates.array()  # selected only if read
+    exceeds_pool = int(np.count_nonzero(any_unresolvable))
+    short = [(reason, mask & ~any_unresolvable) for reason, mask in short_groups]
+    return FilterDecision(
+        passed=sample.kept,
+        failed=RejectedByReason(names, short, rejected_at),
+        unresolvable=RejectedByReason(names, unresolvable_groups, rejected_at),
+        outcome=Outcome.FIT,
+        insufficient=len(rejected_at) - exceeds_pool,
+        exceeds_pool=exceeds_pool,
+        examined=len(sample.kept) + len(rejected_at),
+        widened=sample.widened,
+        by_size=_counted(by_size),  # each name given once (the caller checked)
     )
 
 

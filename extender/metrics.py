@@ -121,14 +121,17 @@ class Metrics:
         )
         self.filter_outcomes = Counter(
             "hugepage_extender_filter_outcomes",
-            "Filter calls by mode and outcome (fit, no_hugepage_capacity, no_compatible_node, ...).",
-            ["mode", "outcome"],
+            "Filter calls by mode, outcome (fit, no_hugepage_capacity, no_compatible_node, ...) and the page size"
+            " the pod asks (a pod of several sizes counts under each).",
+            ["mode", "outcome", "resource"],
             registry=r,
         )
         self.fit_rejections = Counter(
             "hugepage_extender_fit_rejected_nodes",
-            "Nodes whose hugepage pool could not hold the pod; in shadow mode the would-be rejections.",
-            ["mode", "reason"],
+            "Nodes whose hugepage pool could not hold the pod, by mode, reason and the page size the verdict comes"
+            " from (the first size no pod leaving could make room in, else the first without room); in shadow"
+            " mode the would-be rejections.",
+            ["mode", "reason", "resource"],
             registry=r,
         )
         self.widenings = Counter(

@@ -433,14 +433,9 @@ class Extender:
             else:
                 self.waiting.unplaced(pod.metadata.uid, time.monotonic())
         outcome = decision.outcome
-        mode = policy.mode
         if outcome is Outcome.PASSTHROUGH:
             return
-        m.child(m.filter_outcomes, mode.value, outcome.value).inc()
-        if decision.insufficient:
-            m.child(m.fit_rejections, mode.value, "insufficient").inc(decision.insufficient)
-        if decision.exceeds_pool:
-            m.child(m.fit_rejections, mode.value, "exceeds_pool").inc(decision.exceeds_pool)
+        self._count_by_size(result)
         if decision.widened:
             m.child(m.widenings, policy.widening.value).inc()
         rejected = decision.insufficient + decision.exceeds_pool
@@ -463,6 +458,19 @@ class Extender:
             # Events into any namespace under its own identity.
             needs = zip(self.config.resource_names, (demand.hugepage_bytes, *demand.more_bytes), strict=False)
             self.events.no_fit(pod, decision, [(name, need) for name, need in needs if need > 0])
+
+    def _count_by_size(self, result: FilterResult) -> None:
+        """A decided filter call's outcome, under each page size the pod asks, and its rejected nodes, under
+        the size each one's verdict comes from."""
+        m, mode, outcome = self.metrics, result.policy.mode.value, result.decision.outcome.value
+        names = self.config.resource_names
+        for size in result.sizes:
+            m.child(m.filter_outcomes, mode, outcome, names[size]).inc()
+        for size, insufficient, exceeds_pool in result.rejected_by_size():
+            if insufficient:
+                m.child(m.fit_rejections, mode, "insufficient", names[size]).inc(insufficient)
+            if exceeds_pool:
+                m.child(m.fit_rejections, mode, "exceeds_pool", names[size]).inc(exceeds_pool)
 
 
 class Begun:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -76,6 +76,17 @@ class FilterResult:
     refused: int = 0  # holds refused or dropped as not their pod's own during this call
     shown: bool = False  # the watch shows this pod under its UID (a made-up pod gets no Event)
     window_retry: int = 0  # answer an Error: nodes not sent would hold the pod (extender/window.py); its number
+    sizes: tuple[int, ...] = (0,)  # the sizes decided on (indices into Config.resource_names), in the decision's order
+
+    def rejected_by_size(self) -> Iterator[tuple[int, int, int]]:
+        """(size, insufficient, exceeds_pool): the rejected nodes by the size their verdict comes from (the
+        first size no pod leaving could make room in, else the first without room: the reason sent)."""
+        decision = self.decision
+        if not decision.by_size:  # one size decided on: every rejection is its own
+            yield self.sizes[0], decision.insufficient, decision.exceeds_pool
+            return
+        for size, (insufficient, exceeds_pool) in zip(self.sizes, decision.by_size, strict=True):
+            yield size, insufficient, exceeds_pool
 
 
 class ExtenderVerbs:
@@ -134,7 +145,7 @@ class ExtenderVerbs:
         def result(decision: FilterDecision, held: bool = False, window_retry: int = 0) -> FilterResult:
             shown = self.state.owner_of(uid) == owner
             refused = self.refused_holds - refused_before
-            return FilterResult(decision, demand, policy, held, refused, shown, window_retry)
+            return FilterResult(decision, demand, policy, held, refused, shown, window_retry, sizes)
 
         self.expire()
         own = self._owns(uid, owner)
@@ -143,8 +154,9 @@ class ExtenderVerbs:
             # count against the pod itself.
             self.state.release(uid)
         needed = demand.sizes_needed
+        sizes = needed if len(needed) > 1 else (needed[0] if needed else 0,)
         if len(needed) <= 1:  # one size (or none): that size's accounts alone, as with one size guarded
-            index = needed[0] if needed else 0
+            index = sizes[0]
             view = self._size_view(index, demand, uid, owner, policy)
             views = [view]
             decision = filter_nodes(

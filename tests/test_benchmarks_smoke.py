@@ -40,7 +40,10 @@ def test_http_decision_benchmark_runs() -> None:
 
 
 def test_full_cluster_benchmark_runs_every_case_against_its_base() -> None:
-    rows = full_cluster.run(nodes=200, shares=(90, 100), rounds=2, requests=2, log=lambda line: None)  # 90%: 20 fit
+    two_sizes: list[dict[str, Any]] = []
+    rows = full_cluster.run(  # 90%: 20 fit
+        nodes=200, shares=(90, 100), rounds=2, requests=2, log=lambda line: None, two_sizes=two_sizes
+    )
     assert [(row["full %"], row["case"]) for row in rows] == [
         (share, case) for share in (90, 100) for case in full_cluster.CASES
     ]
@@ -52,6 +55,16 @@ def test_full_cluster_benchmark_runs_every_case_against_its_base() -> None:
         assert 0 < row["x min"] <= row["x base"] <= row["x max"]
         if row["base"] != "null":
             assert row["answer KB"] == row["base KB"]  # the floor's answer is as large as ours
+    # The server guarding both sizes, in the same rounds and cases: a node passes for a pod of 2 MiB pages,
+    # and for the same pod asking a 1 GiB page too, exactly where one passes with one size guarded (the
+    # 1 GiB pools are full where the 2 MiB ones are; how many pass is the best-of-K draws').
+    assert [(row["full %"], row["case"]) for row in two_sizes] == [(row["full %"], row["case"]) for row in rows]
+    for row, two in zip(rows, two_sizes, strict=True):
+        one, *others = (int(passed) for passed in two["passed"].split("/"))
+        assert one == row["passed"]
+        assert [passed > 0 for passed in others] == [one > 0, one > 0]
+        assert 0 < two["x min"] <= two["x one size"] <= two["x max"]
+        assert 0 < two["both x min"] <= two["both x one size"] <= two["both x max"]
 
 
 def test_concurrency_benchmark_runs() -> None:

@@ -3,13 +3,17 @@
 import dataclasses
 import random
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import msgspec
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from extender.capacity import Fit, NodeAccount, ceiling_bytes, fits, headroom_bytes, numa_headroom_bytes
+from extender.cluster import ClusterState
+from extender.columns import FIELDS as COLUMN_FIELDS
 from extender.columns import NodeColumns
+from extender.config import build_config
 from extender.decision import (
     VECTOR_THRESHOLD,
     FilterDecision,
@@ -23,12 +27,13 @@ from extender.decision import (
     size_verdict,
 )
 from extender.namelist import NameList
+from extender.nodereport import PoolReport
 from extender.objects import ObjectMeta, Pod, PodSpec
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, Widening
 from extender.scoring import hugepage_load, node_load, priorities, priority
 from extender.wire import ExtenderArgs, render_filter
-from tests.conftest import examples
+from tests.conftest import Clock, examples, make_node, make_pod
 
 PAGE = 2 * 1024 * 1024
 REASONS = Reasons.for_resource("hugepages-2Mi")
@@ -388,12 +393,19 @@ def test_a_pod_of_two_sizes_is_admitted_only_where_each_pool_holds_it(  # noqa: 
         assert bool(decision.passed) == bool(both)  # fullscan and K = 0 never fail while a node fits
     if policy.sample_size == 0:
         assert list(decision.passed) == [n for n in names if n in both]
+    counted = [[0, 0], [0, 0]]  # per size: the rejected whose verdict comes from it, short of room and never
     for name, reason in {**decision.failed, **decision.unresolvable}.items():
         if reason == REASONS.not_sampled:
             continue
         verdict, view = size_verdict(views, name, numa=numa)
         assert reason == view.reasons.of(verdict)
         assert (name in decision.unresolvable) == verdict.unresolvable
+        counted[0 if view is views[0] else 1][verdict.unresolvable] += 1
+    assert decision.by_size == tuple(map(tuple, counted))  # the metrics' counts by size
+    assert (decision.insufficient, decision.exceeds_pool) == (
+        counted[0][0] + counted[1][0],
+        counted[0][1] + counted[1][1],
+    )
     # Ranking agrees with admission: every admitted node's tightest pool is within 1 at alpha 0.
     scores = dict(prioritize_sizes(demand, decision.passed, views=views, policy=policy))
     for name in decision.passed:
@@ -460,7 +472,7 @@ def test_two_sizes_on_the_columns_decide_and_score_as_node_by_node(  # noqa: PLR
     seed: int,
 ) -> None:
     """The numpy path of a pod of two sizes (each size's columns, combined) is the node-by-node one:
-    every candidate examined, a best-of-K scan that finds no node at all, and the scores."""
+    every candidate examined, a best-of-K scan that finds no node at all or some, and the scores."""
     known = sorted(cluster)
     names = [known[p] if p < len(known) else f"unknown-{p}" for p in picks]
     candidates = _candidates(names, in_place=in_place)
@@ -481,6 +493,163 @@ def test_two_sizes_on_the_columns_decide_and_score_as_node_by_node(  # noqa: PLR
     sampled_s = filter_sizes(demand, names, views=plain, policy=policy, rng=random.Random(seed))
     assert set(sampled_v.passed) == set(sampled_s.passed)
     assert sampled_v.outcome == sampled_s.outcome
+    # And the same rejected, with the same reasons and counts (a widened scan that kept some counts
+    # and groups its rejected on the columns, names selected only when read).
+    assert dict(sampled_v.failed) == dict(sampled_s.failed)
+    assert dict(sampled_v.unresolvable) == dict(sampled_s.unresolvable)
+    counts = ("insufficient", "exceeds_pool", "examined", "widened")
+    assert [getattr(sampled_v, c) for c in counts] == [getattr(sampled_s, c) for c in counts]
     scores_v = prioritize_sizes(demand, candidates, views=columned, policy=policy)
     scores_s = prioritize_sizes(demand, names, views=plain, policy=policy)
     assert scores_v.scores.tolist() == scores_s.scores.tolist()
+
+
+# An account of the 1 GiB size per verdict for a need of two 1 GiB pages, as VERDICT_ACCOUNTS for 2 MiB.
+GIG_NEED_PAGES = 2
+GIG_VERDICT_ACCOUNTS = {
+    Fit.FITS: NodeAccount(page_size=GIB, total_pages=16, used_pages=2),
+    Fit.INSUFFICIENT: NodeAccount(page_size=GIB, total_pages=16, used_pages=15),
+    Fit.NO_POOL: NodeAccount(page_size=GIB),
+    Fit.EXCEEDS_POOL: NodeAccount(page_size=GIB, total_pages=1),
+    Fit.HELD_OUTSIDE: NodeAccount(page_size=GIB, total_pages=4, reserved_pages=3),
+}
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    verdicts=st.lists(
+        st.tuples(st.sampled_from([*VERDICT_ACCOUNTS, None]), st.sampled_from(list(GIG_VERDICT_ACCOUNTS))),
+        min_size=VECTOR_THRESHOLD + 1,
+        max_size=400,
+    ),
+    fit_one_in=st.sampled_from([1, 3, 10, 10, 30, 1000]),
+    k=st.integers(1, 20),
+    widening=st.sampled_from(list(Widening)),
+    seed=st.integers(),
+    in_place=st.sampled_from([True, True, False]),
+    repeat=st.sampled_from([False, False, True]),
+)
+def test_best_of_k_of_two_sizes_on_the_columns_decides_as_one_node_at_a_time(  # noqa: PLR0917 (hypothesis)
+    verdicts: list[tuple[Fit | None, Fit]],
+    fit_one_in: int,
+    k: int,
+    widening: Widening,
+    seed: int,
+    in_place: bool,
+    repeat: bool,
+) -> None:
+    """A pod of two sizes on a nearly full cluster: a widened scan judged on each size's columns (its
+    rejected grouped by reason there, the first unresolvable size's, else the first without room)
+    keeps, rejects and answers as the node-by-node path."""
+    rng = random.Random(seed)
+    kinds = [
+        (Fit.INSUFFICIENT if small in (Fit.FITS, None) and rng.randrange(fit_one_in) else small, large)
+        for small, large in verdicts
+    ]
+    small = {f"n{i}": VERDICT_ACCOUNTS[s] for i, (s, _) in enumerate(kinds) if s is not None}
+    large = {f"n{i}": GIG_VERDICT_ACCOUNTS[g] for i, (s, g) in enumerate(kinds) if s is not None}
+    names = [f"n{i}" for i in range(len(kinds))] + (["n0", "n1"] if repeat else [])  # a name given twice
+    candidates = _candidates(names, in_place=in_place)
+    need_2m, need_1g = NEED_PAGES * PAGE, GIG_NEED_PAGES * GIB
+    plain = [SizeView(need_2m, small, REASONS), SizeView(need_1g, large, REASONS_1G)]
+    columned = [dataclasses.replace(v, columns=_columns_of(v.accounts)) for v in plain]
+    demand = PodDemand(need_2m, 100, more_bytes=(need_1g,))
+    policy = Policy(mode=Mode.ENFORCE, sample_size=k, widening=widening)
+    vector = filter_sizes(demand, candidates, views=columned, policy=policy, rng=random.Random(seed))
+    scalar = filter_sizes(demand, names, views=plain, policy=policy, rng=random.Random(seed))
+    assert list(vector.passed) == list(scalar.passed)  # the same picks, in the same order
+    assert dict(vector.failed) == dict(scalar.failed)
+    assert dict(vector.unresolvable) == dict(scalar.unresolvable)
+    assert dataclasses.replace(vector, passed=[], failed={}, unresolvable={}) == dataclasses.replace(
+        scalar, passed=[], failed={}, unresolvable={}
+    )
+    pod = Pod(metadata=ObjectMeta(name="p", namespace="default", uid="u"), spec=PodSpec(containers=[]))
+    answers = [
+        msgspec.json.decode(render_filter(ExtenderArgs(pod, c), d)) for c, d in ((candidates, vector), (names, scalar))
+    ]
+    assert answers[0] == answers[1]
+
+
+# --------------------------------------------------------------------------- the state's accounts after any change
+
+_NODES = ("a", "b", "c", "d")
+_PODS = ("p", "q", "r")
+state_changes = st.lists(
+    st.one_of(
+        st.tuples(st.just("node"), st.sampled_from(_NODES), st.sampled_from([None, "0", "2Gi", "8Gi"])),
+        st.tuples(st.just("remove node"), st.sampled_from(_NODES)),
+        st.tuples(
+            st.just("pod"),
+            st.sampled_from(_PODS),
+            st.sampled_from([None, *_NODES]),
+            st.sampled_from(["Pending", "Running", "Succeeded"]),
+        ),
+        st.tuples(st.just("remove pod"), st.sampled_from(_PODS)),
+        st.tuples(
+            st.just("hold"),
+            st.sampled_from(_PODS),
+            st.lists(st.sampled_from(_NODES), min_size=1, max_size=4),
+            st.integers(1, 3000).map(lambda thirds: thirds * PAGE // 3),  # whole pages and not
+            st.integers(0, 4000),
+        ),
+        st.tuples(st.just("release"), st.sampled_from(_PODS)),
+        st.tuples(st.just("time"), st.integers(0, 60)),
+        st.tuples(
+            st.just("report"), st.sampled_from(_NODES), st.integers(0, 5000), st.integers(0, 300), st.integers(-60, 0)
+        ),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(changes=state_changes)
+def test_after_any_changes_every_account_and_column_is_a_rebuild_of_it(changes: list[tuple[Any, ...]]) -> None:
+    """Holds placed, released and expired update only the held figures of the nodes they touch
+    (``ClusterState._refresh_holds``, ``NodeColumns.put_held``): after any sequence of changes of every
+    kind, each account, its headroom, the room freed (``take_freed``) and the columns are what a state
+    rebuilding every touched account whole (``_refresh``, as before) has, and what rebuilding every
+    account from scratch gives, so no decision reading them can differ."""
+    clock = Clock()
+    state, whole = (ClusterState(build_config({}, {}), clock=clock, wall_clock=clock) for _ in range(2))
+    whole._refresh_holds = whole._refresh  # type: ignore[method-assign] # the reference: rebuilt whole
+    for each in (state, whole):
+        each.replace([make_node(name, hugepages="4Gi") for name in _NODES[:2]], [])
+    for change in changes:
+        for each in (state, whole):
+            _change(each, clock, change)
+        if change[0] == "time":
+            clock.now += change[1]
+            for each in (state, whole):
+                each.expire_holds()
+                each.expire_reports()
+        assert state.accounts == whole.accounts
+        assert state.headroom == whole.headroom
+        if change[0] in ("hold", "release", "time"):
+            assert state.take_freed() == whole.take_freed()
+            state.columns.column("headroom")  # the columns read between changes, as a filter reads them
+    rebuilt = {name: state._account(name) for name in state.accounts}  # every account anew
+    assert state.accounts == rebuilt
+    assert state.headroom == {name: headroom_bytes(account) for name, account in rebuilt.items()}
+    fresh, names = _columns_of(rebuilt), sorted(rebuilt)
+    for field in COLUMN_FIELDS:
+        ours = state.columns.column(field)[state.columns.slots(names)].tolist()
+        assert ours == fresh.column(field)[fresh.slots(names)].tolist(), field
+
+
+def _change(state: ClusterState, clock: Clock, change: tuple[Any, ...]) -> None:
+    match change:
+        case ("node", name, hugepages):
+            state.apply_node(make_node(name, hugepages=hugepages, cpu="8"))
+        case ("remove node", name):
+            state.remove_node(name)
+        case ("pod", name, node, phase):
+            state.apply_pod(make_pod(name, uid=name, hugepages="1Gi", cpu="1", node=node, phase=phase))
+        case ("remove pod", name):
+            state.remove_pod(name)
+        case ("hold", uid, nodes, need, cpu):
+            state.hold(uid, nodes, PodDemand(need, cpu), 30)
+        case ("release", uid):
+            state.release(uid)
+        case ("report", name, total, outside, age):
+            state.apply_report(name, PoolReport(clock.now + age, "test", total, outside, None, 0, ()))

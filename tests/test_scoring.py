@@ -6,7 +6,7 @@ Pool: 1000 x 2 MiB pages = 2000 MiB. R = 4, alpha = 0.5 (reference defaults).
 import pytest
 
 from extender.capacity import NodeAccount
-from extender.columns import NodeColumns
+from extender.columns import KEPT_TABLES, NodeColumns
 from extender.namelist import NameList
 from extender.podrequest import PodDemand
 from extender.policy import Policy
@@ -107,4 +107,18 @@ def test_slots_are_kept_with_each_name_list_so_several_lists_interleave() -> Non
     other.put("c", make_account(1000, cpus=8))
     assert lists[1] is not None
     assert other.slots(lists[1]).tolist() == [0, 1]
+    assert columns.slots(lists[1]) is first[1]  # kept beside the other table's (a size each)
+    assert other.slots(lists[1]).tolist() == [0, 1]
     assert columns.slots(lists[1]).tolist() == [2, 3]
+
+
+def test_a_name_list_keeps_the_slots_of_a_few_tables_at_most() -> None:
+    names = NameList.read(b'["a","b"]')
+    assert names is not None
+    tables = [NodeColumns() for _ in range(KEPT_TABLES + 2)]
+    for table in tables:
+        table.put("b", make_account(1000, cpus=8))
+        assert table.slots(names).tolist() == [0, 1]
+    assert isinstance(names.memo, tuple)
+    assert len(names.memo) == KEPT_TABLES  # the most recently read tables'
+    assert tables[-1].slots(names) is names.memo[-1].slots

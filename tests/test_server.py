@@ -135,10 +135,12 @@ async def test_shadow_off_and_own_namespace_pass_every_node(client: Client, name
 async def test_shadow_counts_would_be_rejections(client: Client) -> None:
     await post(client, "filter", args("canary"))
     metrics = await (await client.get("/metrics")).text()
-    assert 'hugepage_extender_fit_rejected_nodes_total{mode="shadow",reason="insufficient"} 1.0' in metrics
+    rejected = 'hugepage_extender_fit_rejected_nodes_total{mode="shadow",reason="%s",resource="hugepages-2Mi"}'
+    assert rejected % "insufficient" + " 1.0" in metrics
     # small (pool too small) and plain (no pool): unresolvable
-    assert 'hugepage_extender_fit_rejected_nodes_total{mode="shadow",reason="exceeds_pool"} 2.0' in metrics
-    assert 'hugepage_extender_filter_outcomes_total{mode="shadow",outcome="shadow"} 1.0' in metrics
+    assert rejected % "exceeds_pool" + " 2.0" in metrics
+    outcomes = 'hugepage_extender_filter_outcomes_total{mode="shadow",outcome="shadow",resource="hugepages-2Mi"}'
+    assert outcomes + " 1.0" in metrics
 
 
 async def test_no_fit_outcome_is_labelled(client: Client) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks import sizes as sizes_benchmark
 from extender.capacity import Fit
@@ -308,6 +309,49 @@ async def test_debug_state_and_the_pool_metrics_name_every_size(aiohttp_client: 
     state.replace([*NODES, node("more", large="2Gi")], [])
     metrics = (await (await client.get("/metrics")).read()).decode()
     assert 'hugepage_extender_pool_capacity_bytes{resource="hugepages-1Gi"} 1.073741824e+10' in metrics
+
+
+async def test_outcomes_count_under_each_size_asked_and_rejections_under_the_size_of_their_verdict(
+    aiohttp_client: Any,
+) -> None:
+    built = build_config({**TWO, "defaults": {"mode": "enforce", "sampleSize": 0}}, {})
+    state = ClusterState(built)
+    state.replace(NODES, [pod("busy", large="3Gi", node_name="both")])  # "both": 1 of 4 GiB pages left
+    client = await aiohttp_client(create_app(Extender(built, state, Metrics(), rng=random.Random(1))))
+    names = [n.metadata.name for n in NODES]
+
+    async def filtered(asked: Pod) -> None:
+        answer = await client.post("/filter", json={"Pod": msgspec.to_builtins(asked), "NodeNames": names})
+        assert answer.status == 200
+
+    await filtered(pod("small", small="64Mi"))  # large-only and neither: no 2 MiB pool
+    await filtered(pod("both", small="64Mi", large="2Gi"))  # small-only, neither: 2 MiB first; both: 1 GiB room
+    metrics = (await (await client.get("/metrics")).read()).decode()
+    counted = {
+        (sample.labels["reason"], sample.labels["resource"]): sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == "hugepage_extender_fit_rejected_nodes_total"
+    }
+    # The first pod: 2 unresolvable of 2 MiB. The second: "large-only" and "neither" have no 2 MiB pool
+    # (its first size no pod leaving makes room in), "small-only" no 1 GiB pool, "both" 1 GiB short.
+    assert counted == {
+        ("exceeds_pool", "hugepages-2Mi"): 4.0,
+        ("exceeds_pool", "hugepages-1Gi"): 1.0,
+        ("insufficient", "hugepages-1Gi"): 1.0,
+    }
+    outcomes = {
+        (sample.labels["outcome"], sample.labels["resource"]): sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == "hugepage_extender_filter_outcomes_total"
+    }
+    # The first pod fits "small-only" and "both"; the second fits none: one count per size it asks.
+    assert outcomes == {
+        ("fit", "hugepages-2Mi"): 1.0,
+        ("no_hugepage_capacity", "hugepages-2Mi"): 1.0,
+        ("no_hugepage_capacity", "hugepages-1Gi"): 1.0,
+    }
 
 
 def test_an_event_names_each_size_the_pod_needs() -> None:

@@ -334,12 +334,9 @@ def test_extender_runs_with_the_charts_config_and_namespace_flags_take_effect(
     assert answer is not None
     metrics = answer[1].decode()
     # The pages held outside pods leave less than the pod: unresolvable, counted with the pools too small.
-    assert re.search(
-        r'hugepage_extender_fit_rejected_nodes_total\{mode="shadow",reason="exceeds_pool"\} [1-9]', metrics
-    )
-    assert re.search(
-        r'hugepage_extender_fit_rejected_nodes_total\{mode="enforce",reason="exceeds_pool"\} [1-9]', metrics
-    )
+    for mode in ("shadow", "enforce"):
+        labels = f'mode="{mode}",reason="exceeds_pool",resource="hugepages-2Mi"'
+        assert re.search(r"hugepage_extender_fit_rejected_nodes_total\{" + labels + r"\} [1-9]", metrics)
 
 
 def previous_chart(directory: Path) -> Path:

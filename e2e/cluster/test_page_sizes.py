@@ -64,7 +64,11 @@ def test_pods_of_either_size_or_both_land_only_where_each_pool_they_need_holds_t
     large_held = node(cell, "1g-held", small="1Gi", large="4Gi", cpu="64", held={LARGE: "4Gi"})
     small_held = node(cell, "2m-held", small="1Gi", large="4Gi", cpu="64", held={SMALL: "1Gi"})
     roomy = node(cell, "roomy", small="1Gi", large="4Gi")
-    config = {"resourceNames": [SMALL, LARGE], "namespaces": {cell.namespace: {"mode": "enforce"}}}
+    # Every candidate drawn (K = 5 nodes): the scheduler's own scores then pick among those that fit. With
+    # K = 3 a draw leaving out "2m-held" sent "one-gi" to "roomy" one time in eight, and "both-again" then
+    # found no 1 GiB page there.
+    policy = {"mode": "enforce", "sampleSize": 5}
+    config = {"resourceNames": [SMALL, LARGE], "namespaces": {cell.namespace: policy}}
     extender = cell.extender(config)
     scheduler = cell.scheduler(extender)
 
