@@ -184,8 +184,12 @@ class KernelPool:
 
     @property
     def committed(self) -> int:
-        """(nr + surplus) - free + resv: pages faulted in plus pages promised to mappings."""
-        return max(0, self.total + self.surplus - self.free + (self.reserved or 0))
+        """(nr + surplus) - free + resv: pages faulted in plus pages promised to mappings; at most
+        the pool. ``resv`` is read before ``free`` (a fault between them counts twice, high): with
+        the pool nearly full that could say more than the pool, and the extender refuses such a
+        record (``read_report``), counting the node from requests only, low."""
+        pool = self.total + self.surplus
+        return max(0, min(pool, pool - self.free + (self.reserved or 0)))
 
 
 @dataclass(frozen=True, slots=True)
