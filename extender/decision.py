@@ -371,15 +371,30 @@ def _scanned_on_columns(  # noqa: PLR0917 (a sample and what it was drawn for)
     names = candidates.array()  # selected only if read
     exceeds_pool = int(np.count_nonzero(unresolvable))
     groups = _unresolvable_groups(need, slots, unresolvable, columns, reasons) if exceeds_pool else []
+    failed = RejectedByReason(names, [(reasons.insufficient, ~unresolvable)], rejected_at)
+    return _kept(sample, len(rejected_at), failed, RejectedByReason(names, groups, rejected_at), exceeds_pool)
+
+
+def _kept(  # noqa: PLR0917 (a sample and its rejected nodes, in order)
+    sample: Sample[str],
+    rejected: int,
+    failed: RejectedByReason,
+    unresolvable: RejectedByReason,
+    exceeds_pool: int,
+    by_size: tuple[tuple[int, int], ...] = (),
+) -> FilterDecision:
+    """The answer of a widened scan that kept some nodes and rejected ``rejected`` (positions in the
+    request: named only if read)."""
     return FilterDecision(
         passed=sample.kept,
-        failed=RejectedByReason(names, [(reasons.insufficient, ~unresolvable)], rejected_at),
-        unresolvable=RejectedByReason(names, groups, rejected_at),
+        failed=failed,
+        unresolvable=unresolvable,
         outcome=Outcome.FIT,
-        insufficient=len(rejected_at) - exceeds_pool,
+        insufficient=rejected - exceeds_pool,
         exceeds_pool=exceeds_pool,
-        examined=len(sample.kept) + len(rejected_at),
+        examined=len(sample.kept) + rejected,
         widened=sample.widened,
+        by_size=by_size,
     )
 
 
@@ -789,17 +804,10 @@ def _scanned_sizes_on_columns(
     names = candidates.array()  # selected only if read
     exceeds_pool = int(np.count_nonzero(any_unresolvable))
     short = [(reason, mask & ~any_unresolvable) for reason, mask in short_groups]
-    return FilterDecision(
-        passed=sample.kept,
-        failed=RejectedByReason(names, short, rejected_at),
-        unresolvable=RejectedByReason(names, unresolvable_groups, rejected_at),
-        outcome=Outcome.FIT,
-        insufficient=len(rejected_at) - exceeds_pool,
-        exceeds_pool=exceeds_pool,
-        examined=len(sample.kept) + len(rejected_at),
-        widened=sample.widened,
-        by_size=_counted(by_size),  # each name given once (the caller checked)
-    )
+    failed = RejectedByReason(names, short, rejected_at)
+    unresolvable = RejectedByReason(names, unresolvable_groups, rejected_at)
+    by_names = _counted(by_size)  # each name given once (the caller checked)
+    return _kept(sample, len(rejected_at), failed, unresolvable, exceeds_pool, by_names)
 
 
 def size_verdict(views: Sequence[SizeView], name: str, *, numa: bool) -> tuple[Fit, SizeView]:

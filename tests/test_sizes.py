@@ -327,12 +327,7 @@ async def test_outcomes_count_under_each_size_asked_and_rejections_under_the_siz
     await filtered(pod("small", small="64Mi"))  # large-only and neither: no 2 MiB pool
     await filtered(pod("both", small="64Mi", large="2Gi"))  # small-only, neither: 2 MiB first; both: 1 GiB room
     metrics = (await (await client.get("/metrics")).read()).decode()
-    counted = {
-        (sample.labels["reason"], sample.labels["resource"]): sample.value
-        for family in text_string_to_metric_families(metrics)
-        for sample in family.samples
-        if sample.name == "hugepage_extender_fit_rejected_nodes_total"
-    }
+    counted = _by_labels(metrics, "hugepage_extender_fit_rejected_nodes_total", "reason")
     # The first pod: 2 unresolvable of 2 MiB. The second: "large-only" and "neither" have no 2 MiB pool
     # (its first size no pod leaving makes room in), "small-only" no 1 GiB pool, "both" 1 GiB short.
     assert counted == {
@@ -340,12 +335,7 @@ async def test_outcomes_count_under_each_size_asked_and_rejections_under_the_siz
         ("exceeds_pool", "hugepages-1Gi"): 1.0,
         ("insufficient", "hugepages-1Gi"): 1.0,
     }
-    outcomes = {
-        (sample.labels["outcome"], sample.labels["resource"]): sample.value
-        for family in text_string_to_metric_families(metrics)
-        for sample in family.samples
-        if sample.name == "hugepage_extender_filter_outcomes_total"
-    }
+    outcomes = _by_labels(metrics, "hugepage_extender_filter_outcomes_total", "outcome")
     # The first pod fits "small-only" and "both"; the second fits none: one count per size it asks.
     assert outcomes == {
         ("fit", "hugepages-2Mi"): 1.0,
@@ -384,3 +374,13 @@ def test_the_sizes_benchmark_runs() -> None:
     rows = sizes_benchmark.run(nodes=80, repeat=2, rounds=1)
     assert [row["case"] for row in rows] == [case for case, *_ in sizes_benchmark.CASES]
     assert all(row["x one size"] > 0 and row["both sizes p50 ms"] > 0 for row in rows)
+
+
+def _by_labels(metrics: str, name: str, label: str) -> dict[tuple[str, str], float]:
+    """A counter's samples by (``label``, resource)."""
+    return {
+        (sample.labels[label], sample.labels["resource"]): sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == name
+    }
