@@ -312,6 +312,9 @@ class ExtenderVerbs:
         if short is not None:
             self.state.release(uid)
             return BindStart(short, BindResult.NO_ROOM)
+        # A Binding is made for it now: its hold counts against every pod, shown or not, until the watch
+        # shows it bound (or the Binding fails: a made-up pod's fails at once, and its hold goes with it).
+        self._unverified_uids.pop(uid, None)
         return BindStart(held=self._narrow(uid, node))
 
     def room_at_bind(self, uid: str, node: str) -> str | None:
@@ -335,11 +338,10 @@ class ExtenderVerbs:
         return f"not bound: {view.reasons.of(verdict)}: the node's room went to other pods since the filter admitted it"
 
     def _narrow(self, uid: str, node: str) -> bool:
-        """The bind names the node: the pod's hold narrows to it. False when nothing is held."""
+        """The bind names the node: the pod's hold narrows to it (a UID refused as unverified too: the
+        Binding decides whether the pod is real). False when nothing is held."""
         filtered = self._recent.get(uid)
         if filtered is None or not self.hold_in_flight or not filtered.demand.wants_hugepages:
-            return False
-        if not self._may_hold(uid):
             return False
         return self.state.hold(uid, node, filtered.demand, filtered.policy.hold_timeout_seconds)
 
@@ -395,7 +397,9 @@ class ExtenderVerbs:
         pending = self._unverified
         while pending and pending[0][0] <= now:
             _, uid = pending.popleft()
-            self._unverified_uids.pop(uid, None)
+            if uid not in self._unverified_uids:
+                continue  # its bind made a Binding for it (bind_start): its hold stays until the watch shows it
+            del self._unverified_uids[uid]
             if self.state.owner_of(uid) is not None or self.state.is_bound(uid):
                 continue
             self.state.release(uid)

@@ -12,6 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp.test_utils import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extender.binding import BindingArgs
 from extender.cluster import ClusterState
@@ -19,11 +21,11 @@ from extender.config import build_config
 from extender.holds import HOLD_LIMIT
 from extender.metrics import Metrics
 from extender.nodereport import PoolReport
-from extender.objects import Node
+from extender.objects import Node, Pod
 from extender.podrequest import PodDemand
 from extender.server import Extender, create_app
 from extender.verbs import BindResult, ExtenderVerbs
-from tests.conftest import Clock, GiB, MiB, make_node, make_pod, pod_json
+from tests.conftest import Clock, GiB, MiB, examples, make_node, make_pod, pod_json
 
 EVERY_NODE = {"defaults": {"mode": "enforce", "sampleSize": 0}}
 HALF = PodDemand(hugepage_bytes=512 * MiB, cpu_millis=100)
@@ -192,3 +194,172 @@ async def test_a_bind_under_way_holds_its_room_against_a_concurrent_bind(aiohttp
     assert [args.pod_name for args in binder.started] == ["first"]
     counted = {result: metrics.binds.labels(result)._value.get() for result in ("bound", "no_room", "refused")}
     assert counted == {"bound": 1, "no_room": 1, "refused": 0}
+
+
+# --------------------------------------------------------------------------- any interleaving: no pool over
+#
+# The real ClusterState and ExtenderVerbs, driven as the scheduler, the API server and the watch drive
+# them, in any order: pods created and shown by the watch (or not yet), filtered, bound (the bind's
+# check and hold, then its API call succeeding or failing while other calls run), shown bound or
+# deleted, pools growing, and time passing (holds expiring). The truth is the API server's: the pods
+# whose Binding it accepted, with needs written out here, not read through the extender. Pools only
+# grow: a pool shrunk under its pods is over by the node's doing, not a bind's.
+
+POD_NODES = [f"n{i:02d}" for i in range(HOLD_LIMIT + 2)]
+SLOT = 512 * MiB
+SMALL, LARGE = "hugepages-2Mi", "hugepages-1Gi"
+HOLD_TIMEOUT = 30.0
+# namespace -> policy; every one enforcing, with and without holds at filter time.
+NAMESPACES = {
+    "hp": {"mode": "enforce", "sampleSize": 0, "holdTimeoutSeconds": HOLD_TIMEOUT},
+    "vm": {"mode": "enforce", "sampleSize": 0, "needFromMemory": True, "holdTimeoutSeconds": HOLD_TIMEOUT},
+    "few": {"mode": "enforce", "sampleSize": 2, "holdTimeoutSeconds": HOLD_TIMEOUT},
+}
+# Pod i: its namespace, its requests, its need per size (bytes), as the API server's truth counts it.
+ONE_SIZE_PODS = [
+    ("hp", {SMALL: "512Mi"}, {SMALL: SLOT}),
+    ("vm", {"memory": "512Mi"}, {SMALL: SLOT}),
+    ("few", {SMALL: "512Mi"}, {SMALL: SLOT}),
+    ("hp", {SMALL: "1Gi"}, {SMALL: 2 * SLOT}),
+    ("vm", {"memory": "1Gi"}, {SMALL: 2 * SLOT}),
+    ("hp", {SMALL: "512Mi"}, {SMALL: SLOT}),
+]
+TWO_SIZE_PODS = [
+    ("hp", {SMALL: "512Mi"}, {SMALL: SLOT}),
+    ("vm", {"memory": "512Mi"}, {SMALL: SLOT}),
+    ("few", {LARGE: "1Gi"}, {LARGE: GiB}),
+    ("hp", {LARGE: "1Gi"}, {LARGE: GiB}),
+    ("hp", {SMALL: "1Gi", LARGE: "1Gi"}, {SMALL: 2 * SLOT, LARGE: GiB}),
+    ("vm", {"memory": "512Mi", LARGE: "1Gi"}, {LARGE: GiB}),  # asks hugepages: its memory is not counted
+]
+# (kind, which of the pods it can happen to, a detail): the scheduler's calls weigh most.
+KINDS = ["filter"] * 3 + ["bind"] * 3 + ["show", "bound", "bound", "watch", "delete", "grow", "time"]
+interleavings = st.lists(
+    st.tuples(st.sampled_from(KINDS), st.integers(0, 5), st.integers(0, 3)), min_size=4, max_size=60
+)
+SECONDS = (0.5, 3.0, 6.0, 31.0)  # past a bind's API call, an unshown pod's window, a hold's timeout
+
+
+class Cluster:
+    """The API server's truth beside the extender's state and verbs."""
+
+    def __init__(self, pods: list[tuple[str, dict[str, str], dict[str, int]]], sizes: tuple[str, ...]) -> None:
+        self.clock = Clock()
+        self.sizes = sizes
+        self.pods = pods
+        self.pools = {node: {SMALL: SLOT, LARGE: GiB} for node in POD_NODES}  # one pod each; grown, more
+        document = {"resourceNames": list(sizes), "namespaces": NAMESPACES}
+        self.state = ClusterState(build_config(document, {}), clock=self.clock, wall_clock=self.clock)
+        self.state.replace([self.node(name) for name in POD_NODES], [])
+        self.verbs = ExtenderVerbs(self.state.config, self.state, rng=random.Random(0), verify_holds=True)
+        self.deleted: set[int] = set()
+        self.passed: dict[int, list[str]] = {}  # the last filter's admitted nodes
+        self.in_flight: dict[int, tuple[str, float]] = {}  # a bind's API call under way: node, when it began
+        self.bound: dict[int, tuple[str, float]] = {}  # Bindings the API accepted: node, when
+        self.shown_bound: set[int] = set()
+
+    def node(self, name: str) -> Node:
+        allocatable = {"cpu": "64", "memory": "256Gi", **{size: str(self.pools[name][size]) for size in self.sizes}}
+        return msgspec.convert({"metadata": {"name": name}, "status": {"allocatable": allocatable}}, Node)
+
+    def pod(self, index: int, node: str | None = None) -> Pod:
+        namespace, requests, _ = self.pods[index]
+        document: dict[str, Any] = {
+            "metadata": {"name": f"p{index}", "namespace": namespace, "uid": f"uid-{index}"},
+            "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "100m", **requests}}}]},
+            "status": {"phase": "Running" if node else "Pending"},
+        }
+        if node:
+            document["spec"]["nodeName"] = node
+        return msgspec.convert(document, Pod)
+
+    def pending(self, index: int) -> bool:
+        """Not deleted, not bound, no bind under way: what the scheduler may filter and bind (every pod
+        exists from the start; the watch shows it when told to)."""
+        return not (index in self.deleted or index in self.bound or index in self.in_flight)
+
+    def apply(self, change: tuple[Any, ...]) -> None:
+        """One change; ``which`` picks among the pods it can happen to (so most changes happen)."""
+        kind, which, detail = change
+        pending = [i for i in range(len(self.pods)) if self.pending(i)]
+        candidates = {
+            "show": pending,
+            "filter": pending,
+            "bind": [i for i in pending if self.passed.get(i)],
+            "bound": list(self.in_flight),
+            "watch": [i for i in self.bound if i not in self.shown_bound],
+            "delete": [i for i in range(len(self.pods)) if i not in self.in_flight and i not in self.deleted],
+        }.get(kind)
+        if candidates is not None and not candidates:
+            return
+        i = candidates[which % len(candidates)] if candidates else which
+        match kind:
+            case "show":
+                self.state.apply_pod(self.pod(i))  # the watch shows it waiting
+            case "filter":
+                self.passed[i] = list(self.verbs.filter_pod(self.pod(i), POD_NODES).decision.passed)
+            case "bind":
+                node = self.passed[i][detail % min(2, len(self.passed[i]))]  # the first nodes: contended
+                if self.verbs.bind_start(f"uid-{i}", self.pods[i][0], f"p{i}", node).refusal is None:
+                    self.in_flight[i] = (node, self.clock.now)
+            case "bound":
+                self.finish_bind(i, accepted=detail > 0)
+            case "watch":
+                self.show_bound(i)
+            case "delete":
+                self.deleted.add(i)
+                self.bound.pop(i, None)
+                self.state.remove_pod(f"uid-{i}")
+            case "grow":
+                size = self.sizes[detail % len(self.sizes)]
+                self.pools[POD_NODES[i % 2]][size] += {SMALL: SLOT, LARGE: GiB}[size]
+                self.state.apply_node(self.node(POD_NODES[i % 2]))
+            case "time":
+                self.advance(SECONDS[detail])
+
+    def finish_bind(self, index: int, *, accepted: bool) -> None:
+        node, _ = self.in_flight.pop(index)
+        if accepted:
+            self.bound[index] = (node, self.clock.now)
+        else:
+            self.verbs.bind_failed(f"uid-{index}")
+
+    def show_bound(self, index: int) -> None:
+        self.shown_bound.add(index)
+        self.state.apply_pod(self.pod(index, self.bound[index][0]))
+
+    def advance(self, seconds: float) -> None:
+        """Time passes. A bind's API call ends within its timeout (1.5 s), and the watch shows a Binding
+        long before its hold's timeout (else the watch makes no progress and the extender is unready)."""
+        later = self.clock.now + seconds
+        for index, (_, began) in list(self.in_flight.items()):
+            if began + 1.5 <= later:
+                self.finish_bind(index, accepted=True)
+        for index, (_, at) in list(self.bound.items()):
+            if index not in self.shown_bound and at + HOLD_TIMEOUT / 2 <= later:
+                self.show_bound(index)
+        self.clock.now = later
+        self.verbs.expire()
+
+    def over(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """(node, size) -> (bytes the API's bound pods and Bindings under way hold, the pool): those over."""
+        used: dict[tuple[str, str], int] = {}
+        for index, (node, _) in [*self.bound.items(), *self.in_flight.items()]:
+            if index in self.bound or index in self.in_flight:
+                for size, need in self.pods[index][2].items():
+                    used[node, size] = used.get((node, size), 0) + need
+        return {
+            key: (held, self.pools[key[0]][key[1]]) for key, held in used.items() if held > self.pools[key[0]][key[1]]
+        }
+
+
+@pytest.mark.parametrize("sizes", [(SMALL,), (SMALL, LARGE)], ids=["one-size", "two-sizes"])
+@settings(max_examples=examples(400), deadline=None)
+@given(changes=interleavings)
+def test_no_interleaving_of_filters_binds_watch_events_and_expiry_over_commits_a_pool(
+    sizes: tuple[str, ...], changes: list[tuple[Any, ...]]
+) -> None:
+    cluster = Cluster(ONE_SIZE_PODS if len(sizes) == 1 else TWO_SIZE_PODS, sizes)
+    for change in changes:
+        cluster.apply(change)
+        assert not cluster.over(), (change, cluster.over())
