@@ -281,41 +281,51 @@ class Cluster:
     def apply(self, change: tuple[Any, ...]) -> None:
         """One change; ``which`` picks among the pods it can happen to (so most changes happen)."""
         kind, which, detail = change
+        if kind == "grow":
+            self.grow(POD_NODES[which % 2], self.sizes[detail % len(self.sizes)])
+        elif kind == "time":
+            self.advance(SECONDS[detail])
+        elif pods := self.eligible(kind):
+            getattr(self, f"on_{kind}")(pods[which % len(pods)], detail)
+
+    def eligible(self, kind: str) -> list[int]:
+        """The pods a change of ``kind`` can happen to now."""
         pending = [i for i in range(len(self.pods)) if self.pending(i)]
-        candidates = {
+        return {
             "show": pending,
             "filter": pending,
             "bind": [i for i in pending if self.passed.get(i)],
             "bound": list(self.in_flight),
             "watch": [i for i in self.bound if i not in self.shown_bound],
             "delete": [i for i in range(len(self.pods)) if i not in self.in_flight and i not in self.deleted],
-        }.get(kind)
-        if candidates is not None and not candidates:
-            return
-        i = candidates[which % len(candidates)] if candidates else which
-        match kind:
-            case "show":
-                self.state.apply_pod(self.pod(i))  # the watch shows it waiting
-            case "filter":
-                self.passed[i] = list(self.verbs.filter_pod(self.pod(i), POD_NODES).decision.passed)
-            case "bind":
-                node = self.passed[i][detail % min(2, len(self.passed[i]))]  # the first nodes: contended
-                if self.verbs.bind_start(f"uid-{i}", self.pods[i][0], f"p{i}", node).refusal is None:
-                    self.in_flight[i] = (node, self.clock.now)
-            case "bound":
-                self.finish_bind(i, accepted=detail > 0)
-            case "watch":
-                self.show_bound(i)
-            case "delete":
-                self.deleted.add(i)
-                self.bound.pop(i, None)
-                self.state.remove_pod(f"uid-{i}")
-            case "grow":
-                size = self.sizes[detail % len(self.sizes)]
-                self.pools[POD_NODES[i % 2]][size] += {SMALL: SLOT, LARGE: GiB}[size]
-                self.state.apply_node(self.node(POD_NODES[i % 2]))
-            case "time":
-                self.advance(SECONDS[detail])
+        }[kind]
+
+    def on_show(self, index: int, _: int) -> None:
+        self.state.apply_pod(self.pod(index))  # the watch shows it waiting
+
+    def on_filter(self, index: int, _: int) -> None:
+        self.passed[index] = list(self.verbs.filter_pod(self.pod(index), POD_NODES).decision.passed)
+
+    def on_bind(self, index: int, detail: int) -> None:
+        passed = self.passed[index]
+        node = passed[detail % min(2, len(passed))]  # one of the first nodes admitted: contended
+        if self.verbs.bind_start(f"uid-{index}", self.pods[index][0], f"p{index}", node).refusal is None:
+            self.in_flight[index] = (node, self.clock.now)
+
+    def on_bound(self, index: int, detail: int) -> None:
+        self.finish_bind(index, accepted=detail > 0)
+
+    def on_watch(self, index: int, _: int) -> None:
+        self.show_bound(index)
+
+    def on_delete(self, index: int, _: int) -> None:
+        self.deleted.add(index)
+        self.bound.pop(index, None)
+        self.state.remove_pod(f"uid-{index}")
+
+    def grow(self, node: str, size: str) -> None:
+        self.pools[node][size] += {SMALL: SLOT, LARGE: GiB}[size]
+        self.state.apply_node(self.node(node))
 
     def finish_bind(self, index: int, *, accepted: bool) -> None:
         node, _ = self.in_flight.pop(index)
@@ -345,9 +355,8 @@ class Cluster:
         """(node, size) -> (bytes the API's bound pods and Bindings under way hold, the pool): those over."""
         used: dict[tuple[str, str], int] = {}
         for index, (node, _) in [*self.bound.items(), *self.in_flight.items()]:
-            if index in self.bound or index in self.in_flight:
-                for size, need in self.pods[index][2].items():
-                    used[node, size] = used.get((node, size), 0) + need
+            for size, need in self.pods[index][2].items():
+                used[node, size] = used.get((node, size), 0) + need
         return {
             key: (held, self.pools[key[0]][key[1]]) for key, held in used.items() if held > self.pools[key[0]][key[1]]
         }
