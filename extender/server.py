@@ -46,7 +46,7 @@ from extender.objects import Pod
 from extender.policy import Mode, Policy
 from extender.quantity import QuantityError, quote
 from extender.reports import ReportState
-from extender.verbs import ExtenderVerbs, FilterResult
+from extender.verbs import BindResult, ExtenderVerbs, FilterResult
 from extender.waiting import WaitingPods
 from extender.wire import (
     WireError,
@@ -297,25 +297,24 @@ class Extender:
             message = "bind verb is not enabled (serve --enable-bind)"
             return web.Response(status=404, body=render_error(message), content_type=JSON)
         where = f"{quote(args.pod_namespace)}/{quote(args.pod_name)} to {quote(args.node)}"
-        refusal = self.verbs.bind_refusal(args.pod_uid, args.pod_namespace, args.pod_name, args.node)
-        if refusal is not None:
-            self.metrics.child(self.metrics.binds, "refused").inc()
-            log.warning("bind %s refused: %s", where, refusal)
-            return web.Response(body=render_binding(refusal), content_type=JSON)
-        # Narrowed before the API call: the scheduler filters the next pod while
-        # this bind is still under way.
-        held = self.verbs.bind_started(args.pod_uid, args.node)
+        # Checked and held in one call before the API call, no await between (a reservation: two binds
+        # never both take a node's last room), since the scheduler filters the next pod meanwhile.
+        start = self.verbs.bind_start(args.pod_uid, args.pod_namespace, args.pod_name, args.node)
+        if start.refusal is not None:
+            self.metrics.child(self.metrics.binds, start.result).inc()
+            log.warning("bind %s refused: %s", where, start.refusal)
+            return web.Response(body=render_binding(start.refusal), content_type=JSON)
         try:
             await self.binder.bind(args)
         except BindError as error:
-            if held:
+            if start.held:
                 self.verbs.bind_failed(args.pod_uid)
-            self.metrics.child(self.metrics.binds, "error").inc()
+            self.metrics.child(self.metrics.binds, BindResult.ERROR).inc()
             log.warning("bind %s failed: %s", where, error)
             return web.Response(body=render_binding(str(error)), content_type=JSON)
-        if held:
+        if start.held:
             self.metrics.child(self.metrics.holds_placed, "bind").inc()
-        self.metrics.child(self.metrics.binds, "bound").inc()
+        self.metrics.child(self.metrics.binds, BindResult.BOUND).inc()
         return web.Response(body=render_binding(), content_type=JSON)
 
     async def debug_state(self, request: web.Request) -> web.Response:

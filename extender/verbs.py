@@ -15,6 +15,19 @@ made-up pods can never keep a real pod off a pool. Such a hold is dropped when
 the watch has not shown its pod within ``UNVERIFIED_HOLD_SECONDS`` (its UID then
 never holds again), and at most ``MAX_UNVERIFIED_HOLDS`` exist at once. Bind
 binds only a pod this extender filtered, to a node that filter admitted.
+
+A bind is a reservation (``bind_start``): the node must still hold the pod given every account
+and hold but the pod's own, judged as its filter judges (every size it asks, NUMA where its
+policy pins it), and the check and the hold it places happen in one call with no await between,
+so two binds can never both take a node's last room. Filters admit without holding (``sampleSize:
+0``, or more than ``HOLD_LIMIT`` nodes), so two pods can be admitted to the same last room a few
+milliseconds apart; the second bind is refused. The scheduler treats an extender's bind error as an
+error of the binding cycle (kube-scheduler v1.37.2 ``pkg/scheduler/schedule_one.go``: ``bind`` returns
+``fwk.AsStatus(err)`` at 1106-1108, ``handleBindingCycleError`` at 507-537 forgets the assumed pod and
+calls ``handleSchedulingFailure``, which at 1152-1234 puts the pod back in the queue, Pending, with a
+``FailedScheduling`` event carrying the message; ``backend/queue/scheduling_queue.go`` 1032-1038 and
+1097-1100: with no rejecting plugin it is retried after its backoff), and the next attempt's filter
+sees the room as it is.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import random
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 import msgspec
 
@@ -38,6 +52,7 @@ from extender.decision import (
     filter_sizes,
     prioritize_nodes,
     prioritize_sizes,
+    size_verdict,
 )
 from extender.holds import HOLD_LIMIT
 from extender.objects import Pod
@@ -62,6 +77,25 @@ class _Filtered(msgspec.Struct, frozen=True, gc=False):
     demand: PodDemand
     policy: Policy
     admitted: tuple[str, ...] | None  # None: more than HOLD_LIMIT, any node this extender knows
+
+
+class BindResult(StrEnum):
+    """What the bind verb did: the ``result`` label of ``hugepage_extender_binds_total``."""
+
+    BOUND = "bound"
+    REFUSED = "refused"  # not a pod this extender filtered, or not to a node its filter admitted
+    NO_ROOM = "no_room"  # the node no longer holds the pod: another bind took the room since its filter
+    ERROR = "error"  # the Binding API call failed
+
+
+@dataclass(frozen=True, slots=True)
+class BindStart:
+    """What bind decided before its API call: a refusal (its message, and why), or a go; and whether
+    the pod's need is now held on the node (to release if the API call fails)."""
+
+    refusal: str | None = None
+    result: BindResult = BindResult.BOUND
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,12 +299,49 @@ class ExtenderVerbs:
             return "not bound: the node is not one this extender's filter admitted for the pod"
         return None
 
-    def bind_started(self, uid: str, node: str) -> bool:
-        """The bind verb names the node: the pod's hold narrows to it. False when filter never saw the pod."""
+    def bind_start(self, uid: str, namespace: str, name: str, node: str) -> BindStart:
+        """Everything bind does before its API call, at once (no await may come between the check
+        and the hold: that is what makes the bind a reservation). Refused when ``bind_refusal`` says
+        so, or when the node no longer holds an enforced pod (``room_at_bind``); then the pod's holds
+        are released, since its bind is over and the scheduler retries it with a new filter. Else the
+        pod's hold narrows to the node."""
+        refusal = self.bind_refusal(uid, namespace, name, node)
+        if refusal is not None:
+            return BindStart(refusal, BindResult.REFUSED)
+        short = self.room_at_bind(uid, node)
+        if short is not None:
+            self.state.release(uid)
+            return BindStart(short, BindResult.NO_ROOM)
+        # A Binding is made for it now: its hold counts against every pod, shown or not, until the watch
+        # shows it bound (or the Binding fails: a made-up pod's fails at once, and its hold goes with it).
+        self._unverified_uids.pop(uid, None)
+        return BindStart(held=self._narrow(uid, node))
+
+    def room_at_bind(self, uid: str, node: str) -> str | None:
+        """Why ``node`` no longer holds the filtered pod ``uid``, None when it does: its filter's
+        verdict (``decision.size_verdict``, the capacity helper ``fits`` over every size the pod
+        asks, one NUMA node where its policy pins it) with every account and hold counted but the
+        pod's own, and the holds a pod the watch shows never sees (those of pods it has not shown)
+        left out as its filter leaves them. Only enforce refuses: shadow and off change no decision."""
+        filtered = self._recent[uid]
+        demand, policy = filtered.demand, filtered.policy
+        if policy.mode is not Mode.ENFORCE or not demand.wants_hugepages:
+            return None
+        views = []
+        for index in demand.sizes_needed:
+            view = self._size_view(index, demand, uid, filtered.owner, policy)
+            without_own = self.state.sizes[index].accounts_without(uid, view.accounts)
+            views.append(SizeView(view.need, without_own, view.reasons))
+        verdict, view = size_verdict(views, node, numa=policy.numa_aligned and demand.guaranteed)
+        if verdict.admits:
+            return None
+        return f"not bound: {view.reasons.of(verdict)}: the node's room went to other pods since the filter admitted it"
+
+    def _narrow(self, uid: str, node: str) -> bool:
+        """The bind names the node: the pod's hold narrows to it (a UID refused as unverified too: the
+        Binding decides whether the pod is real). False when nothing is held."""
         filtered = self._recent.get(uid)
         if filtered is None or not self.hold_in_flight or not filtered.demand.wants_hugepages:
-            return False
-        if not self._may_hold(uid):
             return False
         return self.state.hold(uid, node, filtered.demand, filtered.policy.hold_timeout_seconds)
 
@@ -326,7 +397,9 @@ class ExtenderVerbs:
         pending = self._unverified
         while pending and pending[0][0] <= now:
             _, uid = pending.popleft()
-            self._unverified_uids.pop(uid, None)
+            if uid not in self._unverified_uids:
+                continue  # its bind made a Binding for it (bind_start): its hold stays until the watch shows it
+            del self._unverified_uids[uid]
             if self.state.owner_of(uid) is not None or self.state.is_bound(uid):
                 continue
             self.state.release(uid)

@@ -429,8 +429,10 @@ class Replay:
         node = self.pick(scores, demand.cpu_millis)
         self.observe_pick(step, plan.uid, node, demand, policy)
         flight = Flight(plan, node, need_pages, step_index, self.now, self.shadow_prediction(node, demand, policy))
-        if self.variant.inflight is InFlight.BIND:  # serve --enable-bind: the bind names the node
-            self.verbs.bind_started(plan.uid, node)
+        # serve --enable-bind: the bind names the node, checked and held as the server does it (the replay
+        # binds in its filter's step, so no other bind can have taken the room between).
+        if self.variant.inflight is InFlight.BIND:
+            self.verbs.bind_start(plan.uid, plan.namespace, "", node)
         self.truth.assumed_cpu[node] += demand.cpu_millis
         self.truth.arriving_pages[node] += need_pages
         # The bind lands in the API (and the extender's watch) long before the node runs the pod.

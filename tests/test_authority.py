@@ -56,7 +56,7 @@ def test_made_up_pods_never_keep_a_real_pod_off_a_pool(state: ClusterState, cloc
     for round_ in range(200):
         v.filter(f"fresh-{round_}", "team", NEED, NODES, name=f"fresh-{round_}")
     assert len(v._unverified_uids) <= 64
-    assert v.bind_started(real, "n0")  # the real pod's hold narrows to its node
+    assert v.bind_start(real, "team", "real", "n0").held  # the real pod's hold narrows to its node
     other = waiting(state, "other")
     assert v.filter(other, "team", NEED, NODES[1:], name="other").decision.passed
     # Past the window the made-up holds are gone, and their UIDs hold nothing again.

@@ -86,7 +86,7 @@ async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client
             node = max(scores, key=lambda entry: entry[1])[0]
 
         if variant.inflight is InFlight.BIND:
-            replay.verbs.bind_started(plan.uid, node)
+            assert replay.verbs.bind_start(plan.uid, plan.namespace, "", node).refusal is None
         if bind_verb is not None:
             binding = {"PodName": plan.uid, "PodNamespace": plan.namespace, "PodUID": plan.uid, "Node": node}
             assert await post(client, "bind", binding) == {"Error": ""}
