@@ -22,6 +22,7 @@ from benchmarks import (
     full_cluster,
     hold_to_bound,
     http_decision,
+    in_flight,
     memory,
     node_reports,
     scale,
@@ -30,7 +31,7 @@ from benchmarks import (
 )
 from benchmarks.stats import table
 
-KNOWN = ["decision", "http", "full", "concurrency", "scheduler", "hold", "memory", "scale", "node_reports"]
+KNOWN = ["decision", "http", "full", "in_flight", "concurrency", "scheduler", "hold", "memory", "scale", "node_reports"]
 
 
 def machine() -> dict[str, Any]:
@@ -127,6 +128,17 @@ def main() -> int:
         full_cluster.SIZES_COLUMNS,
         lambda: two_sizes,
         part="full",
+    )
+    section(
+        "in_flight",
+        "Filter with 1,000 placements in flight (5,000 nodes, 90% full, a new pod each call; none and null = 1)",
+        in_flight.COLUMNS,
+        lambda: in_flight.run(
+            nodes=5000,
+            rounds=3 if args.quick else 5,
+            requests=10 if args.quick else 40,
+            log=lambda line: print(line, file=sys.stderr),
+        ),
     )
     section(
         "concurrency",
