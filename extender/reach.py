@@ -75,14 +75,21 @@ class PodReach:
             return len(nodes)
         named: set[str] = set()
         for term in self.terms:
-            names: set[str] | None = None
-            for field in term.match_fields or ():
-                if field.key == _NAME_FIELD and field.operator == "In":
-                    names = set(field.values or ()) if names is None else names & set(field.values or ())
+            names = _named_by(term)
             if names is None:  # a term naming no node: every node is filtered
                 return len(nodes)
             named |= names
         return sum(1 for name in named if name in nodes)
+
+
+def _named_by(term: NodeSelectorTerm) -> set[str] | None:
+    """The nodes every ``metadata.name In`` requirement of the term names; None when it has none."""
+    names: set[str] | None = None
+    for field in term.match_fields or ():
+        if field.key == _NAME_FIELD and field.operator == "In":
+            values = set(field.values or ())
+            names = values if names is None else names & values
+    return names
 
 
 UNCONSTRAINED = PodReach({}, None, ())  # a pod with no node selector, no required affinity, no tolerations
