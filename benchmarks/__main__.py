@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    backlog,
     concurrency,
     decision,
     full_cluster,
@@ -31,7 +32,19 @@ from benchmarks import (
 )
 from benchmarks.stats import table
 
-KNOWN = ["decision", "http", "full", "in_flight", "concurrency", "scheduler", "hold", "memory", "scale", "node_reports"]
+KNOWN = [
+    "decision",
+    "http",
+    "full",
+    "in_flight",
+    "concurrency",
+    "scheduler",
+    "backlog",
+    "hold",
+    "memory",
+    "scale",
+    "node_reports",
+]
 
 
 def machine() -> dict[str, Any]:
@@ -172,6 +185,18 @@ def main() -> int:
             log=lambda line: print(line, file=sys.stderr),
         ),
         part="scheduler",
+    )
+    section(
+        "backlog",
+        "Pods that fit placed beside a backlog of waiting pods (real kube-scheduler; kube-scheduler alone = 1)",
+        backlog.COLUMNS,
+        lambda: backlog.run(
+            nodes=400 if args.quick else 1000,
+            waiting=600 if args.quick else 2000,
+            fitting=200 if args.quick else 500,
+            workdir=args.scheduler_workdir,
+            log=lambda line: print(line, file=sys.stderr),
+        ),
     )
     section(
         "hold",
