@@ -19,7 +19,10 @@ run on the same nodes, each with a kube-scheduler of its own (the chart's profil
 **placed/s** is fitting pods over first creation to last bind; **x alone** that over the first
 variant's; **filters/fitting pod** the extender's filter calls while the fitting pods were placed, over
 their number; **retries** the extender's window retries in that time; **attempts/s** the scheduler's
-scheduling attempts (``scheduler_schedule_attempts_total``) in that time, per second.
+scheduling attempts (``scheduler_schedule_attempts_total``) in that time, per second. Then, the fitting
+pods placed and the backlog still waiting: the scheduler's attempts in 15 quiet seconds, and its attempts
+and the extender's filter calls in the 15 seconds after one update of a Node (what each kubelet status
+update, node-agent annotation or node event costs while the backlog waits).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any
 import msgspec
 
 from benchmarks.scheduler import APISERVER_ARGS, CLIENT_CONNECTION, SCHEDULER_NAME, Api, _in_session
-from e2e.controlplane import ControlPlane, Service, extender_scheduler_config, node_manifest, pod_manifest
+from e2e.controlplane import ControlPlane, Scheduler, Service, extender_scheduler_config, node_manifest, pod_manifest
 from extender.window import ENFORCE_MARKER
 
 COLUMNS = [
@@ -51,7 +54,11 @@ COLUMNS = [
     "filters/fitting pod",
     "retries",
     "attempts/s",
+    "attempts quiet",
+    "attempts after update",
+    "filters after update",
 ]
+UPDATE_WINDOW_SECONDS = 15.0
 RESERVED = "hugepage-extender.io/reserved-hugepages-2Mi"
 POOL = "64Gi"
 NAMESPACE = "backlog"
@@ -225,6 +232,7 @@ def _variant(  # noqa: PLR0917 (one row of the table and what it runs on)
         attempts = _counter(scheduler.metrics(), "scheduler_schedule_attempts_total") - attempts
         filters = _extender_counter(extender, _EXTENDER_COUNTERS[0]) - filters
         retries = _extender_counter(extender, _EXTENDER_COUNTERS[1]) - retries
+        quiet, after, filters_after = _one_node_update(api, scheduler, extender, tag)
     finally:
         scheduler.stop()
         asyncio.run(
@@ -241,7 +249,35 @@ def _variant(  # noqa: PLR0917 (one row of the table and what it runs on)
         "filters/fitting pod": filters / fitting,
         "retries": retries,
         "attempts/s": attempts / seconds,
+        "attempts quiet": quiet,
+        "attempts after update": after,
+        "filters after update": filters_after,
     }
+
+
+def _one_node_update(api: Api, scheduler: Scheduler, extender: Service, tag: str) -> tuple[float, float, float]:
+    """With the backlog waiting and nothing else happening: the scheduler's attempts in a quiet
+    ``UPDATE_WINDOW_SECONDS``, then its attempts and the extender's filter calls in the same time after one
+    Node update (a label no pod selects, as a kubelet's status update or a node agent's annotation is an
+    update of a Node)."""
+    attempts = _counter(scheduler.metrics(), "scheduler_schedule_attempts_total")
+    time.sleep(UPDATE_WINDOW_SECONDS)
+    quiet = _counter(scheduler.metrics(), "scheduler_schedule_attempts_total") - attempts
+    attempts += quiet
+    filters = _extender_counter(extender, _EXTENDER_COUNTERS[0])
+    patch = {"metadata": {"labels": {"backlog-touched": tag}}}
+
+    async def touch(a: Api) -> None:
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with a.session.patch(
+            "/api/v1/nodes/node-00000", data=msgspec.json.encode(patch), headers=headers
+        ) as answer:
+            answer.raise_for_status()
+
+    asyncio.run(_in_session(api, touch))
+    time.sleep(UPDATE_WINDOW_SECONDS)
+    after = _counter(scheduler.metrics(), "scheduler_schedule_attempts_total") - attempts
+    return quiet, after, _extender_counter(extender, _EXTENDER_COUNTERS[0]) - filters
 
 
 _EXTENDER_COUNTERS = ("hugepage_extender_filter_outcomes_total", "hugepage_extender_window_retries_total")
