@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    backlog,
     concurrency,
     decision,
     full_cluster,
     hold_to_bound,
     http_decision,
+    in_flight,
     memory,
     node_reports,
     scale,
@@ -30,7 +32,19 @@ from benchmarks import (
 )
 from benchmarks.stats import table
 
-KNOWN = ["decision", "http", "full", "concurrency", "scheduler", "hold", "memory", "scale", "node_reports"]
+KNOWN = [
+    "decision",
+    "http",
+    "full",
+    "in_flight",
+    "concurrency",
+    "scheduler",
+    "backlog",
+    "hold",
+    "memory",
+    "scale",
+    "node_reports",
+]
 
 
 def machine() -> dict[str, Any]:
@@ -129,6 +143,17 @@ def main() -> int:
         part="full",
     )
     section(
+        "in_flight",
+        "Filter with 1,000 placements in flight (5,000 nodes, 90% full, a new pod each call; none and null = 1)",
+        in_flight.COLUMNS,
+        lambda: in_flight.run(
+            nodes=5000,
+            rounds=3 if args.quick else 5,
+            requests=10 if args.quick else 40,
+            log=lambda line: print(line, file=sys.stderr),
+        ),
+    )
+    section(
         "concurrency",
         "Several schedulers on one extender (5,000 nodes, NodeNames, a new pod each filter + prioritize; null = 1)",
         concurrency.COLUMNS,
@@ -160,6 +185,18 @@ def main() -> int:
             log=lambda line: print(line, file=sys.stderr),
         ),
         part="scheduler",
+    )
+    section(
+        "backlog",
+        "Pods that fit placed beside a backlog of waiting pods (real kube-scheduler; kube-scheduler alone = 1)",
+        backlog.COLUMNS,
+        lambda: backlog.run(
+            nodes=400 if args.quick else 1000,
+            waiting=600 if args.quick else 2000,
+            fitting=200 if args.quick else 500,
+            workdir=args.scheduler_workdir,
+            log=lambda line: print(line, file=sys.stderr),
+        ),
     )
     section(
         "hold",

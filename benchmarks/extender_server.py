@@ -62,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--full-percent", type=int, default=0, help="nodes of every hundred whose pool is full")
     parser.add_argument("--one-gib-pool", help="every node has a hugepages-1Gi pool of this size (e.g. 16Gi)")
     parser.add_argument("--resource-names", help="the sizes guarded, comma-separated (default: hugepages-2Mi)")
+    parser.add_argument("--hold-timeout-seconds", type=float, help="holdTimeoutSeconds (default: the config's)")
     parser.add_argument(
         "--bound-after-ms", type=float, default=0.0, help="a held pod shows up bound this long after its filter"
     )
@@ -70,7 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     pods = min(args.nodes * PODS_PER_NODE, MAX_PODS) if args.pods is None else args.pods
     config_document = CONFIG
     if args.resource_names:
-        config_document = {**CONFIG, "resourceNames": args.resource_names.split(",")}
+        config_document = {**config_document, "resourceNames": args.resource_names.split(",")}
+    if args.hold_timeout_seconds:  # holds stand this long (a burst's placements in flight: benchmarks.in_flight)
+        defaults = {**CONFIG["defaults"], "holdTimeoutSeconds": args.hold_timeout_seconds}
+        config_document = {**config_document, "defaults": defaults}
     config, state = synthetic_state(
         args.nodes, pods, config_document, full_percent=args.full_percent, one_gib_pool=args.one_gib_pool
     )

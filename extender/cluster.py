@@ -34,6 +34,7 @@ from extender.nodereport import PoolReport, ReportError, ReportRecord, report_re
 from extender.objects import Node, Pod
 from extender.podrequest import PodDemand, pod_demand
 from extender.policy import Policy
+from extender.reach import NodeReach, node_reach
 from extender.reports import NodeReports, ReportView
 
 log = logging.getLogger("extender.cluster")
@@ -181,6 +182,11 @@ class ClusterState:
     def hold_count(self) -> int:
         return len(self._ledger)
 
+    def reach_of(self, name: str) -> NodeReach | None:
+        """Which pods may use the node (its labels and taints); None for a node this state does not know."""
+        capacity = self._nodes.get(name)
+        return capacity.reach if capacity is not None else None
+
     def owner_of(self, uid: str) -> str | None:
         """``namespace/name`` of a pod the watch shows waiting for a node; None if none is."""
         return self._waiting.get(uid)
@@ -254,10 +260,8 @@ class ClusterState:
 
     def node_record(self, node: Node) -> tuple[str, NodeCapacity]:
         capacity = node_capacity(node, self._config.resource_name, self._page_size)
-        if self._more:
-            more = tuple(node_capacity(node, size.resource_name, size.page_size) for size in self._more)
-            capacity = msgspec.structs.replace(capacity, more=more)
-        return node.metadata.name, capacity
+        more = tuple(node_capacity(node, size.resource_name, size.page_size) for size in self._more)
+        return node.metadata.name, msgspec.structs.replace(capacity, more=more, reach=node_reach(node))
 
     def pod_record(self, pod: Pod) -> PodRecord:
         meta = pod.metadata

@@ -49,6 +49,9 @@ class _ConfigFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     max_request_bytes: Annotated[int, msgspec.Meta(gt=0)] = DEFAULT_MAX_REQUEST_BYTES
     max_buffered_bytes: Annotated[int, msgspec.Meta(gt=0)] | None = None  # None: twice maxRequestBytes
     max_connections: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_MAX_CONNECTIONS
+    # The scheduler profile's (or its global) percentageOfNodesToScore, 0 its adaptive default: how many
+    # feasible nodes it stops at, so whether it stopped short of a node that would hold a pod (window.py).
+    percentage_of_nodes_to_score: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
     defaults: dict[str, Any] = msgspec.field(default_factory=dict)  # read as _PolicyFields below
     namespaces: dict[str, Any] = msgspec.field(default_factory=dict)
 
@@ -66,6 +69,7 @@ class Config:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    percentage_of_nodes_to_score: int = 0  # the scheduler's; 0: adaptive (window.feasible_nodes_to_find)
     placement: PolicyTable = dataclasses.field(default_factory=PolicyTable)
 
     def policy_for(self, namespace: str) -> Policy:
@@ -174,6 +178,7 @@ def build_config(
         max_request_bytes=raw.max_request_bytes,
         max_buffered_bytes=buffered,
         max_connections=raw.max_connections,
+        percentage_of_nodes_to_score=raw.percentage_of_nodes_to_score,
         placement=PolicyTable(defaults, namespaces, exempt_namespaces),
     )
 

@@ -26,6 +26,7 @@ from extender import __version__
 from extender.capacity import NodeAccount
 from extender.diagnostics import pool_totals
 from extender.waiting import Waiting
+from extender.writes import KINDS, RESULTS
 
 M = TypeVar("M", bound=MetricWrapperBase)
 
@@ -182,6 +183,16 @@ class Metrics:
         self.events = Counter(
             "hugepage_extender_events", "Events posted on pods no node could take, by reason.", ["reason"], registry=r
         )
+        self.api_writes = Counter(
+            "hugepage_extender_api_writes",
+            "The extender's own API writes about waiting pods, by kind (event, nudge) and result (written, failed,"
+            " dropped: past the kind's budget per minute, extender/writes.py).",
+            ["kind", "result"],
+            registry=r,
+        )
+        for kind in KINDS:  # every series from 0: a rate reads its first write too
+            for result in RESULTS:
+                self.api_writes.labels(kind, result)
         self.ready = Gauge(
             "hugepage_extender_ready", "1 when the cluster state is loaded and its watches make progress.", registry=r
         )

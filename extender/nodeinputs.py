@@ -16,6 +16,7 @@ from extender.capacity import hugepages_for
 from extender.nodereport import MAX_POOL_BYTES
 from extender.objects import Node
 from extender.quantity import QuantityError, QuantityTooLarge, ceil_units, parse, quote, to_millis, to_units
+from extender.reach import NodeReach
 
 log = logging.getLogger("extender.cluster")
 
@@ -31,6 +32,7 @@ class NodeCapacity(msgspec.Struct, frozen=True, gc=False):
     annotated: bool = False  # the annotation is set (and readable): it overrides the agent's record
     ignored: str = ""  # why the annotation was not read ("malformed", "absurd"), for the metric
     more: tuple[NodeCapacity, ...] = ()  # the same for each further size guarded (ClusterState.sizes)
+    reach: NodeReach | None = None  # which pods may use it (the first size's record only)
 
 
 def node_capacity(node: Node, resource_name: str, page_size: int) -> NodeCapacity:

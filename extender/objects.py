@@ -33,6 +33,36 @@ class Container(msgspec.Struct, rename="camel", omit_defaults=True):
     restart_policy: str | None = None
 
 
+class NodeSelectorRequirement(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    key: str = ""
+    operator: str = ""
+    values: list[str] | None = None
+
+
+class NodeSelectorTerm(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    match_expressions: list[NodeSelectorRequirement] | None = None
+    match_fields: list[NodeSelectorRequirement] | None = None
+
+
+class NodeSelector(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    node_selector_terms: list[NodeSelectorTerm] = []
+
+
+class NodeAffinity(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+
+
+class Affinity(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    node_affinity: NodeAffinity | None = None
+
+
+class Toleration(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    key: str = ""
+    operator: str = ""
+    value: str = ""
+    effect: str = ""
+
+
 class PodSpec(msgspec.Struct, rename="camel", omit_defaults=True):
     node_name: str | None = None
     scheduler_name: str | None = None
@@ -41,6 +71,10 @@ class PodSpec(msgspec.Struct, rename="camel", omit_defaults=True):
     init_containers: list[Container] | None = None
     overhead: ResourceList | None = None
     resources: ResourceRequirements | None = None
+    # Which nodes the pod may use (extender/reach.py): where room counts for a window retry.
+    node_selector: dict[str, str] | None = None
+    affinity: Affinity | None = None
+    tolerations: list[Toleration] | None = None
 
 
 class PodStatus(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -61,8 +95,24 @@ class NodeStatus(msgspec.Struct, rename="camel", omit_defaults=True):
     allocatable: ResourceList | None = None
 
 
+class NodeMeta(ObjectMeta, rename="camel", omit_defaults=True):
+    labels: dict[str, str] | None = None  # a node's only (a pod's are never read)
+
+
+class Taint(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    key: str = ""
+    value: str = ""
+    effect: str = ""
+
+
+class NodeSpec(msgspec.Struct, rename="camel", omit_defaults=True):
+    taints: list[Taint] | None = None
+    unschedulable: bool = False
+
+
 class Node(msgspec.Struct, rename="camel", omit_defaults=True):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    metadata: NodeMeta = msgspec.field(default_factory=NodeMeta)
+    spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
     status: NodeStatus = msgspec.field(default_factory=NodeStatus)
 
 

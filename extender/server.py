@@ -384,9 +384,11 @@ class Extender:
             if await self.nudger.nudge():
                 self.pacer.sent(now)
                 self.metrics.child(self.metrics.nudges, "sent").inc()
+                self.metrics.child(self.metrics.api_writes, "nudge", "written").inc()
             else:
                 self.pacer.failed(now)
                 self.metrics.child(self.metrics.nudges, "failed").inc()
+                self.metrics.child(self.metrics.api_writes, "nudge", "failed").inc()
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -58,6 +58,7 @@ from extender.holds import HOLD_LIMIT
 from extender.objects import Pod
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
+from extender.reach import UNCONSTRAINED, PodReach, pod_reach
 from extender.window import WindowRetries, room_anywhere, through_enforce_entry
 
 RECENT_PODS = 10_000  # pods between filter and bind; far more than a scheduler has in flight
@@ -153,7 +154,14 @@ class ExtenderVerbs:
         demand = self.state.demand_for(pod, policy)
         enforce_entry = through_enforce_entry(pod)
         return self.filter(
-            meta.uid, meta.namespace, demand, candidates, name=meta.name, policy=policy, enforce_entry=enforce_entry
+            meta.uid,
+            meta.namespace,
+            demand,
+            candidates,
+            name=meta.name,
+            policy=policy,
+            enforce_entry=enforce_entry,
+            reach=pod_reach(pod) if enforce_entry else UNCONSTRAINED,
         )
 
     def filter(
@@ -166,11 +174,13 @@ class ExtenderVerbs:
         name: str = "",
         policy: Policy | None = None,
         enforce_entry: bool = False,
+        reach: PodReach = UNCONSTRAINED,
     ) -> FilterResult:
         """Decide, then hold an enforced pod's need on the few nodes admitted until it is seen bound.
 
         ``enforce_entry``: the call came through the scheduler's enforce entry (not ignorable), so
-        an Error answer makes the scheduler try its next window (``window_retry``)."""
+        an Error answer makes the scheduler try its next window (``window_retry``) when a node the
+        pod may use (``reach``: its node selector, required affinity, tolerations) would hold it."""
         if policy is None:
             policy = self.config.policy_for(namespace)
         owner = f"{namespace}/{name}"
@@ -210,7 +220,7 @@ class ExtenderVerbs:
         if own and uid and decision.passed:
             self.window_retries.placed(uid)
         elif own and uid and enforce_entry and policy.mode is Mode.ENFORCE:
-            window_retry = self._window_retry(uid, demand, policy, decision, candidates, views)
+            window_retry = self._window_retry(uid, demand, policy, decision, candidates, views, reach)
         if window_retry:
             return result(decision, window_retry=window_retry)  # no hold: no node was admitted
         if not own or not uid:
@@ -364,17 +374,25 @@ class ExtenderVerbs:
         decision: FilterDecision,
         candidates: Sequence[str],
         views: Sequence[SizeView],
+        reach: PodReach,
     ) -> int:
         """The number of this window retry for a pod the enforce entry sent, 0 for none."""
         if decision.outcome not in _EVERY_CANDIDATE_REJECTED:
             return 0
         numa = policy.numa_aligned and demand.guaranteed
+        state = self.state
+
+        def may_use(name: str) -> bool:
+            node = state.reach_of(name)
+            return node is not None and reach.may_use(name, node)
+
         return self.window_retries.retry(
             uid,
             candidates=len(candidates),
-            nodes=len(self.state.accounts),
-            now=self.state.now(),
-            room=lambda: room_anywhere(views, numa=numa),
+            nodes=reach.scanned(state.accounts),
+            percentage=self.config.percentage_of_nodes_to_score,
+            now=state.now(),
+            room=lambda: room_anywhere(views, numa=numa, may_use=may_use),
         )
 
     # -- who may hold --------------------------------------------------------------

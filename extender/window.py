@@ -12,14 +12,17 @@ admission policy selects with ``ENFORCE_MARKER``.
 
 A window retry is answered only when all of these hold; otherwise the answer is the rejection:
 
-- the scheduler may have stopped short: it sent at least ``min(MIN_FEASIBLE_NODES, nodes)``
-  candidates (``numFeasibleNodesToFind`` is never below 100, so fewer means it filtered every
-  node) and fewer than every node the extender knows;
-- some node would hold the pod (a pod no node can hold is turned away: no error loop);
+- the scheduler stopped short: it sent exactly ``numFeasibleNodesToFind`` candidates
+  (``feasible_nodes_to_find``, computed as the pinned scheduler computes it from the nodes it filters
+  and the profile's ``percentageOfNodesToScore``, the config key the chart sets from the scheduler's),
+  and that is fewer than the nodes it filters. Fewer candidates mean it filtered every node: nothing
+  it could still send is left;
+- some node the pod may use (extender/reach.py: its node selector, required node affinity,
+  tolerations) would hold it: a pod no such node can hold is turned away at once (no error loop);
 - this pod has had fewer window retries in a row than windows cover the nodes
-  (``ceil(nodes / candidates)``): a node with room that the in-tree filters exclude (a node
-  selector, a taint) is never sent, and its room must not keep the pod erring. After the last
-  retry the pod is turned away for ``REST_SECONDS``; then a new run may start.
+  (``ceil(nodes / candidates)``): a node with room that other in-tree filters exclude (a full CPU,
+  anti-affinity) is never sent, and its room must not keep the pod erring. After the last retry the
+  pod is turned away for ``REST_SECONDS``; then a new run may start.
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ from extender.objects import Pod
 # "hugepage-extender.marker.enforce"): a pod carrying it was sent through the entry that is not
 # ignorable.
 ENFORCE_MARKER = "hugepage-extender.io/enforce"
-MIN_FEASIBLE_NODES = 100  # minFeasibleNodesToFind, pkg/scheduler/schedule_one.go:57
+# pkg/scheduler/schedule_one.go (k8s.io/kubernetes v1.37.2), minFeasibleNodesToFind and
+# minFeasibleNodesPercentageToFind.
+MIN_FEASIBLE_NODES = 100
+MIN_FEASIBLE_PERCENTAGE = 5
 REMEMBERED_PODS = 10_000  # pods with a run of retries; far more than wait at once
 # After a run's last retry, the pod is turned away for this long (kube-scheduler's flush of
 # unschedulable pods, backend/queue/scheduling_queue.go:65): events that requeue it meanwhile
@@ -57,11 +63,25 @@ def through_enforce_entry(pod: Pod) -> bool:
     return False
 
 
-def may_be_a_window(candidates: int, nodes: int) -> bool:
-    """Whether kube-scheduler may have stopped filtering before its last node (``nodes``: the
-    nodes this extender knows). It stops at ``numFeasibleNodesToFind`` feasible nodes, never fewer
-    than ``MIN_FEASIBLE_NODES`` nor than every node (``schedule_one.go:866-891``)."""
-    return min(MIN_FEASIBLE_NODES, nodes) <= candidates < nodes
+def feasible_nodes_to_find(nodes: int, percentage: int) -> int:
+    """How many feasible nodes kube-scheduler stops at, of ``nodes`` filtered, with the profile's
+    ``percentageOfNodesToScore`` (0: adaptive). ``Scheduler.numFeasibleNodesToFind`` in
+    pkg/scheduler/schedule_one.go (k8s.io/kubernetes v1.37.2), integer arithmetic as there."""
+    if nodes < MIN_FEASIBLE_NODES:
+        return nodes
+    if percentage == 0:
+        percentage = max(50 - nodes // 125, MIN_FEASIBLE_PERCENTAGE)
+    return max(nodes * percentage // 100, MIN_FEASIBLE_NODES)
+
+
+def stopped_short(candidates: int, nodes: int, percentage: int) -> bool:
+    """Whether the scheduler stopped filtering before its last node: it found exactly
+    ``numFeasibleNodesToFind`` feasible nodes, fewer than the ``nodes`` it filters
+    (``findNodesThatPassFilters`` in schedule_one.go stops there; fewer found means it filtered all).
+    A scan that found exactly that many at its last node reads as stopped short: its retry is the
+    one run the bound below allows."""
+    found = feasible_nodes_to_find(nodes, percentage)
+    return candidates == found < nodes
 
 
 def windows_to_cover(candidates: int, nodes: int) -> int:
@@ -69,18 +89,19 @@ def windows_to_cover(candidates: int, nodes: int) -> int:
     return -(-nodes // max(candidates, 1))
 
 
-def room_anywhere(views: Sequence[SizeView], *, numa: bool) -> bool:
-    """Whether any node holds the pod now: each size's need (``views``, one per size the pod asks,
-    as the filter read them) in that size's pool. One size with its columns (the defaults' view):
-    one numpy comparison over the headroom column (slot 0, the unknown node, left out; free slots
-    hold 0); otherwise one pass over the nodes (a namespace's own view, a pod pinned to one NUMA
-    node, a pod of several sizes)."""
+def room_anywhere(views: Sequence[SizeView], *, numa: bool, may_use: Callable[[str], bool]) -> bool:
+    """Whether any node the pod may use (``may_use``, extender/reach.py) holds it now: each size's need
+    (``views``, one per size the pod asks, as the filter read them) in that size's pool. The nodes
+    with room in the first size come from its headroom (one comparison each) when the view has it,
+    else from its accounts; only those are asked whether the pod may use them, and whether every
+    other size (and a NUMA node, for a pod pinned to one) holds it too. O(nodes), only for a pod
+    every candidate turned away whose scan stopped short."""
     if not views:
         return False
     first = views[0]
-    if len(views) == 1 and first.columns is not None and not numa:
-        return bool((first.columns.column("headroom")[1:] >= first.need).any())
-    return any(all(_holds(view, name, numa=numa) for view in views) for name in first.accounts)
+    need, headroom = first.need, first.headroom
+    roomy = (name for name, room in headroom.items() if room >= need) if headroom is not None else first.accounts
+    return any(all(_holds(view, name, numa=numa) for view in views) and may_use(name) for name in roomy)
 
 
 def _holds(view: SizeView, name: str, *, numa: bool) -> bool:
@@ -102,17 +123,20 @@ class WindowRetries:
         self._remembered = remembered
         self._rest_seconds = rest_seconds
 
-    def retry(self, uid: str, *, candidates: int, nodes: int, now: float, room: Callable[[], bool]) -> int:
+    def retry(
+        self, uid: str, *, candidates: int, nodes: int, percentage: int, now: float, room: Callable[[], bool]
+    ) -> int:
         """For a pod whose every candidate was turned away: the number of this retry (1, 2, ...),
-        or 0 to turn it away. ``room`` (whether any node would hold it) is asked last, and only when
-        the rest allows a retry: it may cost a pass over the nodes."""
+        or 0 to turn it away. ``nodes``: the nodes the scheduler filters for the pod; ``percentage``:
+        its ``percentageOfNodesToScore``. ``room`` (whether a node the pod may use would hold it) is
+        asked last, and only when the rest allows a retry: it may cost a pass over the nodes."""
         done, over_at = self._runs.pop(uid, (0, _NOT_OVER))
         if over_at != _NOT_OVER and now - over_at < self._rest_seconds:
             self._remember(uid, done, over_at)  # resting: turned away until the rest is over
             return 0
         if over_at != _NOT_OVER:
             done = 0  # rested: a new run
-        if not may_be_a_window(candidates, nodes) or not room():
+        if not stopped_short(candidates, nodes, percentage) or not room():
             return 0
         if done >= windows_to_cover(candidates, nodes):
             self._remember(uid, done, now)  # the run is over: rest

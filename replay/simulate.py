@@ -31,7 +31,17 @@ from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import Reasons
 from extender.nodeinputs import RESERVED_ANNOTATION_PREFIX
-from extender.objects import Container, Node, NodeStatus, ObjectMeta, Pod, PodSpec, PodStatus, ResourceRequirements
+from extender.objects import (
+    Container,
+    Node,
+    NodeMeta,
+    NodeStatus,
+    ObjectMeta,
+    Pod,
+    PodSpec,
+    PodStatus,
+    ResourceRequirements,
+)
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.scoring import cpu_load, hugepage_load
@@ -88,7 +98,7 @@ def node_object(spec: NodeSpec) -> Node:
         allocatable[RESOURCE_NAME] = str(spec.pool_pages * PAGE_SIZE_BYTES)
         annotations[RESERVED_ANNOTATION_PREFIX + RESOURCE_NAME] = str(spec.outside_pages * PAGE_SIZE_BYTES)
     return Node(
-        metadata=ObjectMeta(name=spec.name, annotations=annotations or None),
+        metadata=NodeMeta(name=spec.name, annotations=annotations or None),
         status=NodeStatus(allocatable=allocatable),
     )
 

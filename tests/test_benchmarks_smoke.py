@@ -4,7 +4,16 @@ from typing import Any
 
 import msgspec
 
-from benchmarks import concurrency, decision, extender_round_trip, full_cluster, http_decision, node_reports, scale
+from benchmarks import (
+    concurrency,
+    decision,
+    extender_round_trip,
+    full_cluster,
+    http_decision,
+    in_flight,
+    node_reports,
+    scale,
+)
 from benchmarks.cluster import node_documents, request_body
 from benchmarks.null_extender import field_skipping_decode, floor_prioritize, null_filter, null_prioritize
 
@@ -133,3 +142,14 @@ def test_round_trip_benchmark_runs_both_paths() -> None:
     rows = extender_round_trip.run(calls=20)
     assert [row["path"].split(",")[1].strip().split(" ")[0] for row in rows] == ["plain", "HTTPS"]
     assert all(row["calls"] == 20 and 0 < row["p50_ms"] <= row["p99_ms"] for row in rows)
+
+
+def test_in_flight_benchmark_runs_every_case_with_pods_in_flight() -> None:
+    rows = in_flight.run(nodes=200, in_flight=20, rounds=2, requests=2, log=lambda line: None)
+    assert [row["case"] for row in rows] == list(in_flight.CASES)
+    bases = {row["case"]: row["base"] for row in rows}
+    assert bases["enforce K=3"] == "null"
+    assert bases["no pool can take"] == "floor exceeds pool"
+    for row in rows:
+        assert 0 < row["x min"] <= row["x none"] <= row["x max"]
+        assert row["held pods"] == "20-24"

@@ -139,6 +139,7 @@ async def test_a_hold_that_times_out_nudges_on_the_timer_without_any_filter_call
     await run_timer(extender, lambda: nudges.count > 0)
     assert state.hold_count == 0
     assert extender.metrics.nudges.labels("sent")._value.get() == 1
+    assert extender.metrics.api_writes.labels("nudge", "written")._value.get() == 1
 
 
 async def test_no_nudge_while_no_enforced_pod_waits(state: ClusterState, clock: Clock) -> None:
@@ -160,6 +161,7 @@ async def test_a_failed_nudge_is_tried_again(state: ClusterState, clock: Clock) 
     state.release("uid-default-other")  # its bind failed
     await run_timer(extender, lambda: nudges.count >= 3)
     assert extender.metrics.nudges.labels("failed")._value.get() >= 3
+    assert extender.metrics.api_writes.labels("nudge", "failed")._value.get() >= 3
 
 
 async def test_a_hold_dropped_as_unverified_nudges(state: ClusterState, clock: Clock) -> None:

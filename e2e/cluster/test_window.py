@@ -8,6 +8,11 @@ bound within seconds: the extender answers an Error while nodes it was not sent 
 pod, the scheduler backs off (1 s, doubling) and tries its next window; each retry is one error
 line of the scheduler. Without the window retries (the same pod sent through an entry it carries
 no marker for), the pod is turned away by its first window.
+
+A scan that was whole gets no retry: 300 nodes, 120 of them picked by the pod's node selector and
+all held outside pods, 180 free; the adaptive scheduler stops only at 144 feasible nodes, so it
+filters every node and sends the 120, and the extender turns the pod away at once (0 retries),
+although the 180 others have room (room the pod may not use).
 """
 
 from __future__ import annotations
@@ -46,19 +51,20 @@ def full_nodes(cell: Cell) -> list[str]:
         return list(pool.map(make, [f"w{i:03d}" for i in range(NODES - 1)]))
 
 
-def scheduler(cell: Cell, url: str, name: str, *, marker: bool) -> Scheduler:
-    """A window of 100 nodes, kube-scheduler's default backoff (1 s doubling to 10 s) and flush (5 min).
-    With ``marker``, the chart's enforce entry (only pods with the marker); without, every pod is sent."""
+def scheduler(cell: Cell, url: str, name: str, *, marker: bool, percentage: int = 5) -> Scheduler:
+    """A window of 100 nodes (``percentage`` 5; 0: the adaptive default, as the chart renders it),
+    kube-scheduler's default backoff (1 s doubling to 10 s) and flush (5 min). With ``marker``, the
+    chart's enforce entry (only pods with the marker); without, every pod is sent."""
     extender = {"managedResources": [{"name": ENFORCE_MARKER, "ignoredByScheduler": True}]} if marker else None
     config = extender_scheduler_config(
-        url, scheduler_name=name, percentage_of_nodes_to_score=5, http_timeout="5s", extender=extender
+        url, scheduler_name=name, percentage_of_nodes_to_score=percentage, http_timeout="5s", extender=extender
     )
     return cell.start_scheduler(config, name=name)
 
 
 def test_a_pod_whose_window_holds_no_room_is_bound_from_the_next_windows(cell: Cell) -> None:
     full_nodes(cell)
-    extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce"}}})
+    extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce"}}, "percentageOfNodesToScore": 5})
     plain = scheduler(cell, extender.url, f"plain-{cell.slug}", marker=False)
     marked = scheduler(cell, extender.url, f"window-{cell.slug}", marker=True)
     # Added after the schedulers listed the nodes: last in their lists (a node joins the end of
@@ -94,3 +100,41 @@ def test_a_pod_whose_window_holds_no_room_is_bound_from_the_next_windows(cell: C
     print(f"bound {took:.2f} s after creation, {retries:.0f} window retries, {errors} scheduler error lines")
     assert retries >= 1
     assert errors == retries  # each retry is one error line of the scheduler (and one event)
+
+
+WHOLE_SCAN_NODES = 300
+SELECTED = 120  # the pod's node selector picks these, every pool held outside pods
+
+
+def test_a_pod_whose_whole_scan_is_turned_away_gets_no_window_retry(cell: Cell) -> None:
+    def make(index: int) -> str:
+        selected = index < SELECTED
+        name = cell.node(f"s{index:03d}", hugepages="2Gi", labels={"pool": "vm"} if selected else None)
+        if selected:
+            reserve_pages(cell.core, name, "2Gi")
+        return name
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(make, range(WHOLE_SCAN_NODES)))
+    extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce"}}})  # adaptive, as the chart's 0
+    marked = scheduler(cell, extender.url, f"whole-{cell.slug}", marker=True, percentage=0)
+    wait_until(
+        "the extender knows every node",
+        lambda: metric_value(extender, "hugepage_extender_cached_nodes") >= WHOLE_SCAN_NODES,
+        timeout=30,
+    )
+    cell.pod(
+        "selected",
+        marked.name,
+        hugepages_2mi="256Mi",
+        extended={ENFORCE_MARKER: "1"},
+        node_selector={**cell.selector, "pool": "vm"},
+    )
+    wait_for_event(cell.core, cell.namespace, "selected", "FailedScheduling", contains=EXTENDER_REASON_HELD_OUTSIDE)
+    filtered = metric_value(extender, "hugepage_extender_filter_outcomes_total")
+    time.sleep(3)  # a retry would come back after the scheduler's 1 s backoff
+    assert metric_value(extender, "hugepage_extender_window_retries_total") == 0
+    errors = [line for line in marked.process.log_path.read_text().splitlines() if "Error scheduling pod" in line]
+    assert errors == []
+    assert cell.plane.pod_assignments(cell.namespace).get("selected") is None
+    print(f"turned away with 0 window retries, {filtered:.0f} filter calls")

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -22,6 +22,7 @@ from urllib3.exceptions import HTTPError as TransportError
 from extender.decision import FilterDecision, Outcome
 from extender.metrics import Metrics
 from extender.objects import Pod
+from extender.writes import PER_MINUTE, WriteBudget
 
 log = logging.getLogger("extender.kube.events")
 
@@ -58,7 +59,8 @@ def _human_bytes(nbytes: int) -> str:
 
 
 class PodEvents:
-    """Posts at most one Event per pod and reason per ``min_interval_seconds``, off the request path."""
+    """Posts at most one Event per pod and reason per ``min_interval_seconds``, and at most ``per_minute``
+    across every pod (``writes.WriteBudget``), off the request path."""
 
     def __init__(
         self,
@@ -68,6 +70,8 @@ class PodEvents:
         instance: str,
         min_interval_seconds: float = 60.0,
         max_tracked_pods: int = 10_000,
+        per_minute: int = PER_MINUTE["event"],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._core = client.CoreV1Api(api)
         self._metrics = metrics
@@ -76,14 +80,19 @@ class PodEvents:
         self._max_tracked = max_tracked_pods
         self._last_posted: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
+        self._budget = WriteBudget(per_minute)
+        self._clock = clock
 
     def no_fit(self, pod: Pod, decision: FilterDecision, needs: Sequence[tuple[str, int]]) -> None:
         """``needs``: each size the pod asks for, (resource, bytes)."""
         (resource_name, need_bytes), *more = needs
         reason, message = event_for(decision.outcome, resource_name, need_bytes, more)
         key = (pod.metadata.uid, reason)
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last_posted.get(key, -self._min_interval) < self._min_interval:
+            return
+        if not self._budget.take(now):  # thousands of pods waiting: the pod's own FailedScheduling says it
+            self._metrics.child(self._metrics.api_writes, "event", "dropped").inc()
             return
         self._last_posted[key] = now
         self._last_posted.move_to_end(key)
@@ -124,7 +133,9 @@ class PodEvents:
         try:
             self._core.create_namespaced_event(pod.metadata.namespace, cast(Any, body), _request_timeout=(5, 10))
             self._metrics.events.labels(reason).inc()
+            self._metrics.child(self._metrics.api_writes, "event", "written").inc()
         except (ApiException, OSError, TransportError) as error:  # urllib3's errors are not OSErrors
+            self._metrics.child(self._metrics.api_writes, "event", "failed").inc()
             log.warning(
                 "could not post %s event on pod %s/%s: %s", reason, pod.metadata.namespace, pod.metadata.name, error
             )

@@ -187,3 +187,11 @@ def test_container_args_parse_with_the_extender_cli(helm: Helm, values: Path) ->
         # under the scheduler's httpTimeout
         http_timeout = float(str(wanted["scheduler"]["extender"]["httpTimeout"]).removesuffix("s"))
         assert args.bind_timeout_seconds < http_timeout
+
+
+@pytest.mark.parametrize("mode", ["secondary", "own"])
+def test_the_extender_is_told_the_schedulers_percentage_of_nodes_to_score(helm: Helm, mode: str) -> None:
+    """One value: the extender tells a scan cut short from a whole one by it (extender/window.py)."""
+    assert rendered_config(helm.template(set_values={"scheduler.mode": mode})).percentage_of_nodes_to_score == 0
+    rendered = helm.template(set_values={"scheduler.mode": mode, "scheduler.percentageOfNodesToScore": "30"})
+    assert rendered_config(rendered).percentage_of_nodes_to_score == 30

@@ -112,6 +112,8 @@ app.kubernetes.io/managed-by: {{ .context.Release.Service }}
 {{- if $config.resourceNames }}
 {{- $_ := unset $config "resourceName" }}
 {{- end }}
+{{- /* The scheduler's own share: the extender tells a scan cut short from a whole one by it. */}}
+{{- $_ := set $config "percentageOfNodesToScore" (int .Values.scheduler.percentageOfNodesToScore) }}
 {{- toYaml $config }}
 {{- end }}
 

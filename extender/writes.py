@@ -1,0 +1,39 @@
+"""The extender's own API writes about waiting pods, bounded per minute whatever the backlog.
+
+Two kinds reach the API server because pods wait: an Event on a pod no node could take (at most one
+per pod and reason a minute, ``kube/events.py``) and a nudge (one annotation of the extender's own pod,
+paced to one a second by ``nudge.NudgePacer``, whatever the number of pods waiting). Per pod is not a
+bound when thousands of pods wait: 10,000 waiting pods would be 10,000 Events a minute. So each kind
+also has a budget across every pod, ``PER_MINUTE``: at most that many writes in any 60 seconds; a
+write past it is dropped (and counted, ``hugepage_extender_api_writes_total{kind, result="dropped"}``).
+An Event dropped is one the pod's FailedScheduling event from the scheduler already stands for; a nudge
+never reaches the budget (the pacer allows 60 a minute), which bounds it all the same.
+Time is passed in, never read here.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+WINDOW_SECONDS = 60.0
+KINDS = ("event", "nudge")  # the metric's label values, with RESULTS: a bounded label set
+RESULTS = ("written", "failed", "dropped")
+PER_MINUTE = {"event": 60, "nudge": 60}
+
+
+class WriteBudget:
+    """At most ``per_minute`` writes in any ``WINDOW_SECONDS``: the times of the last ``per_minute``
+    writes are kept (bounded memory), a write is allowed when fewer were made or the oldest of them is
+    a window old. O(1)."""
+
+    def __init__(self, per_minute: int) -> None:
+        self._per_minute = per_minute
+        self._times: deque[float] = deque(maxlen=per_minute)
+
+    def take(self, now: float) -> bool:
+        """Whether a write may be made now; if so, it is counted."""
+        times = self._times
+        if len(times) >= self._per_minute and now - times[0] < WINDOW_SECONDS:
+            return False
+        times.append(now)  # the oldest drops out (maxlen)
+        return True
