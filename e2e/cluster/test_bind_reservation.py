@@ -5,7 +5,8 @@ secondary scheduler), ``sampleSize: 0`` (every fitting node admitted, no hold un
 hugepage pods and VM pods sized by memory mixed, 140 pods of 512Mi onto pools that hold 128 of them.
 Two filters a few milliseconds apart admit two pods to the same last room; the second bind is
 refused (``binds_total{result="no_room"}``) and the scheduler retries that pod. Twenty rounds on one
-control plane, extender and scheduler, the pods deleted between rounds.
+control plane, extender and scheduler, the pods deleted between rounds; then a few with two schedulers
+sharing the extender, where the race comes nearly every round (figures: docs/reliability.md).
 """
 
 from __future__ import annotations
