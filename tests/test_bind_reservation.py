@@ -141,6 +141,24 @@ def test_every_size_the_pod_asks() -> None:
     assert state.sizes[1].accounts["n00"].free_pages == 0
 
 
+def test_a_bind_for_a_pod_the_watch_has_not_shown_holds_against_every_pod_until_its_binding_fails() -> None:
+    # The scheduler may bind a pod a few milliseconds before this extender's watch shows it. Its filter's
+    # holds stand only against other unshown pods (made-up pods never keep a real pod off a pool), but
+    # its bind's hold is for a Binding being made: it stands against a shown pod too, until the Binding
+    # fails (a made-up pod's fails at once) or the watch shows the pod bound.
+    state = loaded(EVERY_NODE, [make_node(name, hugepages="512Mi") for name in NAMES])
+    v = verbs(state)
+    early = make_pod("early", "team", hugepages="512Mi").metadata.uid  # not shown by the watch
+    assert len(v.filter(early, "team", HALF, NAMES, name="early").decision.passed) == len(NAMES)
+    shown_uid = shown(state, "shown", hugepages="512Mi")
+    assert len(v.filter(shown_uid, "team", HALF, NAMES, name="shown").decision.passed) == len(NAMES)
+    assert v.bind_start(early, "team", "early", "n00").held
+    assert v.bind_start(shown_uid, "team", "shown", "n00").result is BindResult.NO_ROOM
+    v.bind_failed(early)  # the API refused the Binding: a made-up pod, or its UID no longer the pod's
+    assert len(v.filter(shown_uid, "team", HALF, NAMES, name="shown").decision.passed) == len(NAMES)
+    assert v.bind_start(shown_uid, "team", "shown", "n00").result is BindResult.BOUND
+
+
 @pytest.mark.parametrize("mode", ["shadow", "off"])
 def test_shadow_and_off_bind_as_they_filter(mode: str) -> None:
     # Only enforce refuses: shadow changes no decision, off is not the extender's business.

@@ -5,7 +5,8 @@ secondary scheduler), ``sampleSize: 0`` (every fitting node admitted, no hold un
 hugepage pods and VM pods sized by memory mixed, 140 pods of 512Mi onto pools that hold 128 of them.
 Two filters a few milliseconds apart admit two pods to the same last room; the second bind is
 refused (``binds_total{result="no_room"}``) and the scheduler retries that pod. Twenty rounds on one
-control plane, extender and scheduler, the pods deleted between rounds.
+control plane, extender and scheduler, the pods deleted between rounds; then a few with two schedulers
+sharing the extender, where the race comes nearly every round (figures: docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def _cleared(cell: Cell, extender: Service, namespaces: list[str]) -> None:
 # the burst and every room is a last one, so the race comes nearly every round; the test asserts it was met
 # (binds refused for room), and the code before this fix over-committed a pool in its first round.
 @pytest.mark.parametrize(
-    ("schedulers", "pool", "rounds"), [(1, 2048, ROUNDS), (2, 512, 6)], ids=["one-scheduler", "two-schedulers"]
+    ("schedulers", "pool", "rounds"), [(1, 2048, ROUNDS), (2, 512, 4)], ids=["one-scheduler", "two-schedulers"]
 )
 def test_a_burst_onto_pools_that_hold_fewer_binds_exactly_what_fits_every_round(
     cell: Cell, schedulers: int, pool: int, rounds: int
