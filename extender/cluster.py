@@ -187,6 +187,11 @@ class ClusterState:
         capacity = self._nodes.get(name)
         return capacity.reach if capacity is not None else None
 
+    def least_waiting_need(self, uids: Iterable[str]) -> int:
+        """The least need (bytes of the first size) of the pods ``uids`` the watch shows waiting; 0 when none."""
+        demands = self._waiting_demands
+        return min((demand.hugepage_bytes for uid in uids if (demand := demands.get(uid)) is not None), default=0)
+
     def owner_of(self, uid: str) -> str | None:
         """``namespace/name`` of a pod the watch shows waiting for a node; None if none is."""
         return self._waiting.get(uid)
@@ -525,13 +530,17 @@ class ClusterState:
         for size in self._more:
             size.expire_holds()
 
-    def take_freed(self) -> bool:
+    def take_freed(self, least_need: Callable[[], int] = lambda: 0) -> bool:
         """Whether some node has more room than when last asked (a hold released, a record giving
-        pages back, a pod gone), and start afresh. A rise undone since (a pod's new attempt releases
-        its old hold and holds again) is no room freed. O(nodes raised since the last call)."""
+        pages back, a pod gone), and now at least ``least_need()`` bytes (the least a waiting pod asks
+        of this size: room no waiting pod fits in places none; asked only when some node's room rose),
+        and start afresh. A rise undone since (a pod's new attempt releases its old hold and holds again)
+        is no room freed. O(nodes raised since the last call). A further size's rise counts whatever its
+        room (the pods' needs of it are not asked)."""
         raised, self._raised = self._raised, {}
         headroom = self.headroom
-        freed = any(headroom.get(name, -1) > before for name, before in raised.items())
+        rose = [room for name, before in raised.items() if (room := headroom.get(name, -1)) > before]
+        freed = bool(rose) and max(rose) >= least_need()
         for size in self._more:
             freed = size.take_freed() or freed  # every size asked, so each starts afresh
         return freed

@@ -7,8 +7,9 @@ that times out or is dropped, a bind that failed, a node agent record giving pag
 event the extender's watch saw after the scheduler had already looked again. So the shell
 writes one small API change the scheduler does react to (an annotation on the extender's own
 pod, ``kube/nudge.py``): a *nudge*. This module decides when: at most once per
-``interval_seconds``, only while room was freed since the last nudge and some enforced pod
-waits; a nudge that failed is tried again an interval later. Time is passed in, never read here.
+``interval_seconds``, only while room was freed since the last nudge (room some waiting pod
+could fit in: ``ClusterState.take_freed``) and some enforced pod waits; a nudge that failed is
+tried again an interval later. Time is passed in, never read here.
 """
 
 from __future__ import annotations

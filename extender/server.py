@@ -363,8 +363,8 @@ class Extender:
         refused = self.verbs.refused_holds
         self.verbs.expire()
         self._count_refused(refused)  # holds dropped as unverified
-        if self.state.take_freed():
-            self.pacer.room_freed()
+        if self.state.take_freed(lambda: self.state.least_waiting_need(self.waiting.uids())):
+            self.pacer.room_freed()  # room some waiting pod could fit in: a nudge requeues every one of them
         if not self.pacer.freed:
             return False  # most ticks: no walk over the waiting pods
         return self.pacer.due(now, waiting=self.waiting.any_of(lambda uid: self.state.owner_of(uid) is not None))

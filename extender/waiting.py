@@ -13,7 +13,7 @@ Time is passed in, never read here. Memory: one entry per waiting pod.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 FORGET_AFTER_SECONDS = 600.0
@@ -41,6 +41,9 @@ class WaitingPods:
 
     def placed(self, uid: str) -> None:
         self._since.pop(uid, None)
+
+    def uids(self) -> Iterator[str]:
+        return iter(self._since)
 
     def any_of(self, still_waiting: Callable[[str], bool]) -> bool:
         """Whether a pod tracked here still waits by ``still_waiting`` (the watch shows it unbound)."""

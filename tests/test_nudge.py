@@ -181,3 +181,15 @@ async def test_a_hold_dropped_as_unverified_nudges(state: ClusterState, clock: C
     assert state.hold_count == 0
     assert extender.verbs.refused_holds == 1
     assert extender.metrics.holds_refused._value.get() == 1  # counted, although no filter call dropped it
+
+
+def test_room_no_waiting_pod_fits_in_nudges_nothing(state: ClusterState) -> None:
+    """A nudge requeues every waiting pod (about one filter call each, docs/performance.md, "A backlog of
+    waiting pods"): room freed that is less than any waiting pod asks arms none."""
+    extender = extender_over(state, Nudges())
+    rejected(extender, state)  # the waiting pod asks 1Gi
+    state.apply_node(make_node("c", hugepages="512Mi"))  # a node with room, too little for it
+    assert not extender.release_due(0.0)
+    assert not extender.pacer.freed
+    state.apply_node(make_node("c", hugepages="2Gi"))  # now it would fit
+    assert extender.release_due(0.0)
