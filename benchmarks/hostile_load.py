@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 
+from benchmarks.cluster import node_documents, request_body
 from benchmarks.fuzz import CONFIG as FUZZ_CONFIG
 from benchmarks.fuzz import MAX_REQUEST_BYTES as FUZZ_MAX_REQUEST_BYTES
 from benchmarks.fuzz import NODES, run_requests
@@ -79,12 +81,15 @@ def _status_kib(pid: int, key: str) -> int:
 class Serve:
     """A ``serve --example`` process with a probe port, its log in a file."""
 
-    def __init__(self, tmp: Path, *, config: str = "", limit_files: int | None = None) -> None:
+    def __init__(
+        self, tmp: Path, *, config: str = "", limit_files: int | None = None, snapshot: Path | None = None
+    ) -> None:
         self.port, self.probe_port = _free_port(), _free_port()
         self.log_path = tmp / "serve.log"
         config_path = tmp / "config.yaml"
         config_path.write_text(config)
-        command = [sys.executable, "-m", "extender", "serve", "--example", "--config", str(config_path)]
+        source = ["--snapshot", str(snapshot)] if snapshot is not None else ["--example"]
+        command = [sys.executable, "-m", "extender", "serve", *source, "--config", str(config_path)]
         command += ["--port", str(self.port), "--probe-port", str(self.probe_port)]
         command += ["--drain-seconds", "0", "--shutdown-timeout", "1"]
 
@@ -94,7 +99,7 @@ class Serve:
             )
         if limit_files is not None:
             resource.prlimit(self.process.pid, resource.RLIMIT_NOFILE, (limit_files, limit_files))
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             try:
                 socket.create_connection((HOST, self.probe_port), timeout=1).close()
@@ -130,6 +135,7 @@ class SchedulerProbe:
     """Filter calls as the scheduler makes them, one at a time on a keep-alive connection, from a
     thread of its own (its own event loop: the attacks' clients do not delay it)."""
 
+    body: bytes = FILTER
     latencies: list[float] = field(default_factory=list)
     failures: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
@@ -152,7 +158,9 @@ class SchedulerProbe:
             while not stop.is_set():
                 started = time.perf_counter()
                 try:
-                    async with session.post("/filter", data=FILTER, headers={"Content-Type": "application/json"}) as r:
+                    async with session.post(
+                        "/filter", data=self.body, headers={"Content-Type": "application/json"}
+                    ) as r:
                         answer = await r.read()
                         why = "" if r.status == 200 and b'"NodeNames"' in answer else f"status {r.status}"
                 except (aiohttp.ClientError, TimeoutError, OSError) as error:
@@ -260,6 +268,32 @@ async def withheld_uploads(port: int, clients: int, size: int, hold_seconds: flo
     return {"clients": len(opened), "bodies_sent": sum(sent)}
 
 
+async def metrics_flood(port: int, connections: int, seconds: float, per_second: float) -> dict[str, Any]:
+    """``connections`` keep-alive connections scraping ``/metrics``, ``per_second`` scrapes a second
+    in all (each connection in turn), for ``seconds``."""
+    scrapes = failures = 0
+    deadline = time.monotonic() + seconds
+    timeout = aiohttp.ClientTimeout(total=10)
+    connector = aiohttp.TCPConnector(limit=connections)
+    async with aiohttp.ClientSession(f"http://{HOST}:{port}", timeout=timeout, connector=connector) as session:
+
+        async def one(offset: float) -> None:
+            nonlocal scrapes, failures
+            await asyncio.sleep(offset)
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                try:
+                    async with session.get("/metrics") as response:
+                        await response.read()
+                        scrapes += response.status == 200
+                except (aiohttp.ClientError, TimeoutError, OSError):
+                    failures += 1
+                await asyncio.sleep(max(0.0, connections / per_second - (time.monotonic() - started)))
+
+        await asyncio.gather(*(one(i / per_second) for i in range(connections)))
+    return {"scrapes": scrapes, "scrape_failures": failures, "scrapes_per_second": round(scrapes / seconds, 1)}
+
+
 # --------------------------------------------------------------------------- one attack, measured
 
 
@@ -361,6 +395,66 @@ def descriptor_exhaustion(files: int = 64, connections: int = 150, hold_seconds:
     }
 
 
+# --------------------------------------------------------------------------- /metrics at scale
+
+
+def _flood_process(port: int, connections: int, seconds: float, per_second: float) -> subprocess.Popen[bytes]:
+    """``metrics_flood`` in a process of its own (its clients do not compete with the scheduler's
+    for this process's interpreter); its figures are its output."""
+    code = (
+        "import asyncio, json; from benchmarks.hostile_load import metrics_flood; "
+        f"print(json.dumps(asyncio.run(metrics_flood({port}, {connections}, {seconds}, {per_second}))))"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": root}, cwd=root
+    )
+
+
+def metrics_under_scrapes(
+    nodes: int = 15_000, connections: int = 64, per_second: float = 64.0, seconds: float = 8.0
+) -> dict[str, Any]:
+    """``serve`` over ``nodes`` nodes: the scheduler's filter latency for ``seconds`` alone, then for
+    ``seconds`` while ``connections`` scrape ``/metrics`` (``per_second`` in all) from another process."""
+    documents = node_documents(nodes)
+    body = request_body(documents[:200], full_nodes=False, hugepages="1Gi", namespace="default")
+    with tempfile.TemporaryDirectory() as tmp:
+        snapshot = Path(tmp) / "snapshot.json"
+        snapshot.write_bytes(msgspec.json.encode({"kind": "List", "items": documents}))
+        del documents
+        serve = Serve(Path(tmp), config="defaults: {mode: enforce, sampleSize: 3}\n", snapshot=snapshot)
+        try:
+            alone = _filters_for(serve.port, body, seconds)
+            flood = _flood_process(serve.probe_port, connections, seconds + 2, per_second)
+            time.sleep(1.5)  # the flood's process starts, its connections open
+            scraped = _filters_for(serve.port, body, seconds)
+            flooded = json.loads(flood.communicate(timeout=60)[0])
+            rss = serve.rss_mib()
+        finally:
+            serve.stop()
+    return {
+        "nodes": nodes,
+        "scrape_connections": connections,
+        **flooded,
+        "filter_p50_ms_alone": alone["scheduler_p50_ms"],
+        "filter_p50_ms_scraped": scraped["scheduler_p50_ms"],
+        "filter_p99_ms_alone": alone["scheduler_p99_ms"],
+        "filter_p99_ms_scraped": scraped["scheduler_p99_ms"],
+        "filters_alone": alone["scheduler_filters"],
+        "filters_scraped": scraped["scheduler_filters"],
+        "filter_failures": alone["scheduler_failures"] + scraped["scheduler_failures"],
+        "rss_mib": round(rss, 1),
+    }
+
+
+def _filters_for(port: int, body: bytes, seconds: float) -> dict[str, Any]:
+    scheduler = SchedulerProbe(body=body)
+    scheduler.start(port)
+    time.sleep(seconds)
+    scheduler.stop()
+    return scheduler.figures()
+
+
 # --------------------------------------------------------------------------- fuzz and floods together
 
 
@@ -421,7 +515,7 @@ def combined(requests: int = 100_000, seconds: float = 600.0, scale: float = 0.5
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.hostile_load", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="1.0: the issue's sizes")
-    names = [*attacks(1.0), "descriptors", "combined"]
+    names = [*attacks(1.0), "descriptors", "combined", "metrics-scrapes"]
     parser.add_argument("--attacks", nargs="*", choices=names, default=names)
     parser.add_argument("--combined-requests", type=int, default=100_000)
     parser.add_argument("--json", type=Path, help="write the figures here too")
@@ -430,6 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in args.attacks:
         if name == "descriptors":
             figures = {"attack": name, **descriptor_exhaustion()}
+        elif name == "metrics-scrapes":
+            figures = {"attack": name, **metrics_under_scrapes()}
         elif name == "combined":
             figures = combined(args.combined_requests, scale=args.scale / 2)
         else:

@@ -24,7 +24,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from extender.binding import Binder, BindError
 from extender.budget import BufferLedger, Holding
@@ -46,6 +46,7 @@ from extender.objects import Pod
 from extender.policy import Mode, Policy
 from extender.quantity import QuantityError, quote
 from extender.reports import ReportState
+from extender.scrape import MetricsPage
 from extender.verbs import ExtenderVerbs, FilterResult
 from extender.waiting import WaitingPods
 from extender.wire import (
@@ -260,6 +261,7 @@ class Extender:
         self.waiting = WaitingPods()  # enforced pods no node could take, for the Pending alert
         self.nudger = nudger
         self.pacer = NudgePacer()
+        self.scrapes = MetricsPage(metrics)
         # Series at 0 for the namespaces configured in shadow: increase() in the alert then
         # counts their first would-be rejection too (a series first seen at 1 counts as no increase).
         for namespace, policy in config.placement.namespaces.items():
@@ -401,7 +403,7 @@ class Extender:
         return web.Response(text="ok")
 
     async def metrics_page(self, request: web.Request) -> web.Response:
-        body = generate_latest(self.metrics.registry)
+        body = await self.scrapes.body()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def _window_retry(self, pod: Pod, result: FilterResult, candidates: int) -> None:
