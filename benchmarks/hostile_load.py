@@ -455,6 +455,71 @@ def _filters_for(port: int, body: bytes, seconds: float) -> dict[str, Any]:
     return scheduler.figures()
 
 
+# --------------------------------------------------------------------------- names from requests
+
+NAMES_CONFIG = "defaults: {mode: shadow, sampleSize: 3}\nnamespaces:\n  dpdk: {mode: enforce, sampleSize: 3}\n"
+
+
+def _made_up_filter(i: int) -> bytes:
+    """A filter no node can pass (1Ti): even ``i`` a pod of a namespace of its own (shadow: a
+    would-be rejection), odd ``i`` a pod of ``dpdk`` (enforced) under a UID of its own."""
+    namespace, uid = (f"ns-{i}", f"uid-ns-{i}") if i % 2 == 0 else ("dpdk", f"made-up-{i}")
+    pod = {
+        "metadata": {"name": f"p{i}", "namespace": namespace, "uid": uid},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"hugepages-2Mi": "1Ti"}}}]},
+    }
+    body = json.dumps({"Pod": pod, "NodeNames": NODES}).encode()
+    return b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+async def _answered(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+    )
+    await reader.readexactly(length)
+    return int(head.split(b" ", 2)[1])
+
+
+async def made_up_names(serve: Serve, requests: int, connections: int = 8, checkpoints: int = 10) -> dict[str, Any]:
+    """``requests`` filters of made-up pods (``_made_up_filter``) on ``connections`` connections, each
+    sending its next request once answered; RSS after every ``requests / checkpoints``."""
+    rss: list[float] = []
+    statuses: Counter[int] = Counter()
+    step = max(1, requests // checkpoints)
+    counter = iter(range(requests))
+
+    async def one() -> None:
+        reader, writer = await asyncio.open_connection(HOST, serve.port)
+        try:
+            for i in counter:
+                writer.write(_made_up_filter(i))
+                statuses[await _answered(reader)] += 1
+                if (i + 1) % step == 0:
+                    rss.append(round(serve.rss_mib(), 1))
+        finally:
+            writer.close()
+
+    started = time.monotonic()
+    await asyncio.gather(*(one() for _ in range(connections)))
+    seconds = time.monotonic() - started
+    async with aiohttp.ClientSession() as session, session.get(f"http://{HOST}:{serve.probe_port}/metrics") as r:
+        page = await r.text()
+    series = [line for line in page.splitlines() if line.startswith("hugepage_extender_shadow_rejected_pods_total{")]
+    waiting = next(line for line in page.splitlines() if line.startswith("hugepage_extender_waiting_pods "))
+    return {
+        "requests": requests,
+        "seconds": round(seconds, 1),
+        "statuses": {str(k): v for k, v in statuses.items()},
+        "rss_start_mib": round(serve.start_mib, 1),
+        "rss_mib_at_checkpoints": rss,
+        "rss_peak_mib": round(serve.peak_mib(), 1),
+        "shadow_rejected_series": len(series),
+        "waiting_pods": float(waiting.split()[1]),
+        "metrics_bytes": len(page),
+    }
+
+
 # --------------------------------------------------------------------------- fuzz and floods together
 
 

@@ -208,19 +208,20 @@ class Metrics:
         self.nodes = Gauge("hugepage_extender_cached_nodes", "Nodes in the extender's cache.", registry=r)
         self.pods = Gauge("hugepage_extender_cached_pods", "Bound, non-terminal pods in the cache.", registry=r)
         self.holds = Gauge("hugepage_extender_holds", "Placements in flight now.", registry=r)
-        # Per namespace: which namespace is safe to switch to enforce. Bounded by the
-        # namespaces in shadow mode that run hugepage pods. pod_namespace, not namespace:
+        # Per namespace: which namespace is safe to switch to enforce. Bounded by the config: the
+        # namespaces it names, the rest as one (server.OTHER_NAMESPACES). pod_namespace, not namespace:
         # Prometheus gives every series the namespace of the extender's own pod.
         self.shadow_rejected_pods = Counter(
             "hugepage_extender_shadow_rejected_pods",
-            "Pods in shadow mode that enforce would have kept Pending (every candidate lacked room), by namespace.",
+            "Pods in shadow mode that enforce would have kept Pending (every candidate lacked room), by namespace"
+            " (those the config names; the rest as _other).",
             ["pod_namespace"],
             registry=r,
         )
         self.waiting_pods = Gauge(
             "hugepage_extender_waiting_pods",
-            "Enforced pods whose latest filter call admitted no node (Pending for hugepages), asked about in the "
-            "last 10 minutes.",
+            "Enforced pods the watch shows Pending whose latest filter call admitted no node (Pending for hugepages),"
+            " asked about in the last 10 minutes.",
             registry=r,
         )
         self.waiting_oldest = Gauge(

@@ -20,10 +20,12 @@ import pytest
 from aiohttp import web
 
 from benchmarks.hostile_load import (
+    NAMES_CONFIG,
     SchedulerProbe,
     Serve,
     descriptor_exhaustion,
     header_flood,
+    made_up_names,
     metrics_under_scrapes,
     slow_readers,
     withheld_uploads,
@@ -219,3 +221,20 @@ async def test_scrapes_at_once_share_one_render_made_off_the_event_loop() -> Non
     assert loop_thread not in threads
     await extender.scrapes.body()  # right after: the same page
     assert extender.scrapes.renders == 1
+
+
+def test_namespaces_and_pods_named_only_in_requests_leave_no_series_and_no_waiting_pods(tmp_path: Path) -> None:
+    """Issue 29: 300,000 filter calls for pods of distinct namespaces in shadow left 300,000
+    ``shadow_rejected_pods`` series (RSS +267 MiB); 300,000 waiting pods named only in requests, a
+    waiting-pods gauge of 300,000 (RSS +94 MiB, still growing). 30,000 here, half of each."""
+    serve = Serve(tmp_path, config=NAMES_CONFIG)
+    try:
+        figures = asyncio.run(made_up_names(serve, 30_000))
+    finally:
+        serve.stop()
+    assert figures["statuses"] == {"200": 30_000}, figures
+    assert figures["shadow_rejected_series"] == 1, figures  # the namespaces the config does not name, as one
+    assert figures["waiting_pods"] == 0, figures  # none of them is a pod the watch shows
+    checkpoints = figures["rss_mib_at_checkpoints"]
+    assert checkpoints[-1] - checkpoints[len(checkpoints) // 2] <= 4, figures  # flat
+    assert figures["rss_peak_mib"] <= 0.7 * 512, figures
