@@ -315,6 +315,7 @@ def test_a_hugetlbfs_file_counts_once_whatever_its_names_or_mounts(tmp_path: Pat
             many = read_record("node-a", roots).sizes[RESOURCE].figures
         outside.close()
     assert one.pod_pages == 1, one
-    assert one.outside_pages is not None and one.outside_pages >= 1, one
+    assert one.outside_pages is not None
+    assert one.outside_pages >= 1, one
     assert many.pod_pages == 1, many  # 411 by names, 822 with the bind mount
     assert many.outside_pages == one.outside_pages, (one, many)
