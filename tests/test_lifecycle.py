@@ -257,14 +257,16 @@ def _resumed_answer(
     """What a GET /healthz gets on a connection offering ``session`` to resume ("200 reused" when the
     server resumed it), and the connection's session."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
-            with context.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as tls:
-                tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                answer = b""
-                while chunk := tls.recv(4096):
-                    answer += chunk
-                status = answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/1.1 ") else repr(answer[:40])
-                return f"{status}{' reused' if tls.session_reused else ''}", tls.session
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as tls,
+        ):
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := tls.recv(4096):
+                answer += chunk
+            status = answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/1.1 ") else repr(answer[:40])
+            return f"{status}{' reused' if tls.session_reused else ''}", tls.session
     except (OSError, ssl.SSLError) as error:
         return repr(error), None
 
