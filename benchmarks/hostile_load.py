@@ -82,7 +82,13 @@ class Serve:
     """A ``serve --example`` process with a probe port, its log in a file."""
 
     def __init__(
-        self, tmp: Path, *, config: str = "", limit_files: int | None = None, snapshot: Path | None = None
+        self,
+        tmp: Path,
+        *,
+        config: str = "",
+        limit_files: int | None = None,
+        snapshot: Path | None = None,
+        liveness_socket: str | None = None,
     ) -> None:
         self.port, self.probe_port = _free_port(), _free_port()
         self.log_path = tmp / "serve.log"
@@ -92,6 +98,8 @@ class Serve:
         command = [sys.executable, "-m", "extender", "serve", *source, "--config", str(config_path)]
         command += ["--port", str(self.port), "--probe-port", str(self.probe_port)]
         command += ["--drain-seconds", "0", "--shutdown-timeout", "1"]
+        if liveness_socket is not None:
+            command += ["--liveness-socket", liveness_socket]
 
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
@@ -453,6 +461,135 @@ def _filters_for(port: int, body: bytes, seconds: float) -> dict[str, Any]:
     time.sleep(seconds)
     scheduler.stop()
     return scheduler.figures()
+
+
+# --------------------------------------------------------------------------- probes under connection churn
+
+
+async def connection_churn(port: int, clients: int, seconds: float, host: str = HOST) -> dict[str, Any]:
+    """``clients`` clients each opening a connection, sending a ``/healthz`` request and closing
+    without waiting for the answer, again and again for ``seconds``."""
+    opened = refused = 0
+    deadline = time.monotonic() + seconds
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    async def one() -> None:
+        nonlocal opened, refused
+        while time.monotonic() < deadline:
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2)
+            except (OSError, TimeoutError):
+                refused += 1
+                await asyncio.sleep(0.01)
+                continue
+            opened += 1
+            writer.write(request)
+            await asyncio.sleep(0)
+            writer.transport.abort()
+
+    await asyncio.gather(*(one() for _ in range(clients)))
+    return {"churn_clients": clients, "connections_opened": opened, "connections_per_second": round(opened / seconds)}
+
+
+def _churn_process(port: int, clients: int, seconds: float) -> subprocess.Popen[bytes]:
+    code = (
+        "import asyncio, json; from benchmarks.hostile_load import connection_churn; "
+        f"print(json.dumps(asyncio.run(connection_churn({port}, {clients}, {seconds}))))"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": root}, cwd=root
+    )
+
+
+LIVENESS_TIMEOUT_SECONDS = 2.0  # charts/hugepage-extender/values.yaml, livenessProbe.timeoutSeconds
+
+
+def probe_once(port: int, source: str, timeout: float = LIVENESS_TIMEOUT_SECONDS) -> str:
+    """A kubelet's HTTP probe: a fresh connection (from ``source``), ``GET /healthz``, 200 within
+    ``timeout`` (the chart's ``timeoutSeconds``); "" when it passed, else why not."""
+    phase = "connect"
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout, source_address=(source, 0)) as sock:
+            phase = "answer"
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+    except OSError as error:
+        return f"{type(error).__name__} ({phase})"
+    return "" if answer.startswith(b"HTTP/1.1 200") else f"answer {answer[:20]!r}"
+
+
+def exec_probe_once(name: str, timeout: float = LIVENESS_TIMEOUT_SECONDS) -> str:
+    """The chart's liveness probe as the kubelet runs it: ``python -m extender.alive NAME`` in the
+    container, failed when it exits non-zero or takes longer than ``timeout``; "" when it passed."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "extender.alive", name], capture_output=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return "TimeoutExpired"
+    return "" if done.returncode == 0 else done.stderr.decode(errors="replace").strip()[-80:]
+
+
+def _probing(probe: Callable[[], str], seconds: float, interval: float) -> dict[str, Any]:
+    outcomes: list[str] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        outcomes.append(probe())
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    run = longest = 0
+    for outcome in outcomes:
+        run = run + 1 if outcome else 0
+        longest = max(longest, run)
+    failed = [o for o in outcomes if o]
+    return {
+        "probes": len(outcomes),
+        "failed": len(failed),
+        "failure_reasons": dict(Counter(failed)),
+        "failures_in_a_row_max": longest,
+    }
+
+
+def probes_under_churn(
+    serve: Serve,
+    *,
+    clients: int = 1024,
+    seconds: float = 20.0,
+    interval: float = 0.5,
+    source: str = "127.0.0.2",
+    liveness_socket: str | None = None,
+) -> dict[str, Any]:
+    """While ``clients`` churn connections to the probe port from another process: HTTP probes
+    every ``interval`` from ``source`` (a kubelet's address, not the flood's), and with
+    ``liveness_socket`` the chart's exec liveness probe every ``interval`` too: failures, and the
+    longest run of failures in a row (three failed liveness probes restart the container)."""
+    churn = _churn_process(serve.probe_port, clients, seconds + 1)
+    time.sleep(1.0)  # the churn under way
+    results: dict[str, Any] = {}
+    threads = [
+        threading.Thread(
+            target=lambda: results.update(
+                http=_probing(lambda: probe_once(serve.probe_port, source), seconds, interval)
+            )
+        )
+    ]
+    if liveness_socket is not None:
+        threads.append(
+            threading.Thread(
+                target=lambda: results.update(
+                    liveness=_probing(lambda: exec_probe_once(liveness_socket), seconds, interval)
+                )
+            )
+        )
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    churned = json.loads(churn.communicate(timeout=60)[0])
+    return {**churned, **{f"{kind}_probes": figures for kind, figures in results.items()}}
 
 
 # --------------------------------------------------------------------------- names from requests

@@ -43,7 +43,7 @@ SMALL_ANSWER_BYTES = 64 * 1024
 class GuardedHandler(RequestHandler):
     """aiohttp's connection, with what the cap's choice reads of it."""
 
-    __slots__ = ("last_request_at", "ledger", "on_cut")
+    __slots__ = ("last_request_at", "ledger", "on_cut", "peer")
 
     def __init__(
         self, manager: web.Server, *, ledger: BufferLedger, on_cut: Callable[[str], None], **kwargs: Any
@@ -52,6 +52,12 @@ class GuardedHandler(RequestHandler):
         self.last_request_at = time.monotonic()
         self.ledger = ledger
         self.on_cut = on_cut
+        self.peer = ""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) else ""
+        super().connection_made(transport)  # the server's cap: it reads every connection's peer
 
     def data_received(self, data: bytes) -> None:
         parsed = self._request_count
@@ -69,7 +75,7 @@ class GuardedHandler(RequestHandler):
                 self._pause_reading_for_buffer()  # aiohttp resumes it as the queue drains
 
     def view(self) -> ConnectionView:
-        return ConnectionView(self._request_in_progress, self._request_count, self.last_request_at)
+        return ConnectionView(self._request_in_progress, self._request_count, self.last_request_at, self.peer)
 
     def cut(self) -> None:
         """Close at once, dropping what is buffered to send (``close`` would wait to send it)."""
@@ -121,6 +127,11 @@ class GuardedServer(web.Server):
         self.on_cut = on_cut
         self.evictions = 0
         self.closed = 0  # connections closed since the last trim
+        # The connections counted against the cap, in the order they opened: those cut or lost leave
+        # at once. Not aiohttp's ``_connections``, which keeps a cut one until its loss is handled in
+        # a later turn of the loop: a batch of a flood's connections (up to 128 accepted in one turn)
+        # made each new one walk hundreds, and one turn took a second.
+        self._open: dict[GuardedHandler, None] = {}
 
     def __call__(self) -> RequestHandler:
         return GuardedHandler(self, loop=self._loop, ledger=self.ledger, on_cut=self.on_cut, **self._kwargs)
@@ -130,25 +141,33 @@ class GuardedServer(web.Server):
         one: at this point (not when accepted, which comes in batches) it can be ranked with the
         rest, so a batch of a flood's fresh connections goes before a scheduler's."""
         super().connection_made(handler, transport)
-        open_ = [
-            (h, h.view())
-            for h, t in self._connections.items()
-            if isinstance(h, GuardedHandler) and h is not handler and not t.is_closing()
-        ]
-        excess = len(open_) + 1 - self.max_connections
-        for victim in eviction_order(open_)[: max(0, excess)]:
-            self.evictions += 1
-            log.warning(
-                "%s port: %d connections open (the cap): closing one %s",
-                self.port_name,
-                self.max_connections,
-                "with a request under way" if victim.view().busy else "idle or still sending its header",
-            )
-            self.on_cut("connection_cap")
-            victim.cut()
+        if not isinstance(handler, GuardedHandler):
+            return
+        if len(self._open) + 1 > self.max_connections:
+            for gone in [h for h in self._open if h.transport is None or h.transport.is_closing()]:
+                del self._open[gone]
+            excess = len(self._open) + 1 - self.max_connections
+            if excess > 0:
+                for victim in eviction_order([(h, h.view()) for h in self._open])[:excess]:
+                    self._evict(victim)
+        self._open[handler] = None
+
+    def _evict(self, victim: GuardedHandler) -> None:
+        self.evictions += 1
+        del self._open[victim]
+        log.warning(
+            "%s port: %d connections open (the cap): closing one %s",
+            self.port_name,
+            self.max_connections,
+            "with a request under way" if victim.view().busy else "idle or still sending its header",
+        )
+        self.on_cut("connection_cap")
+        victim.cut()
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         super().connection_lost(handler, exc)
+        if isinstance(handler, GuardedHandler):
+            self._open.pop(handler, None)
         self.closed += 1
 
 

@@ -88,6 +88,12 @@ MAX_LINE_SIZE = 8190
 # had their time: it waits up to twice its timeout per connection (the handler, then its cancel).
 CLOSE_SECONDS = 0.1
 ANSWER_SLICE_BYTES = 256 * 1024
+# asyncio accepts up to its listen backlog of connections in one turn of the event loop (aiohttp's
+# default 128): a flood of connections to the probe port, which every pod reaches, made each turn
+# take up to two seconds, and every answer (the liveness one too) waited. On the probe port a turn
+# accepts at most this many, and the kernel queues as many: past them a client's connection waits
+# for its SYN's retry, which a flood's clients and, at worst, a readiness probe do.
+PROBE_BACKLOG = 16
 
 
 def unready_message(reason: str) -> str:
@@ -574,6 +580,21 @@ def create_probe_app(extender: Extender) -> web.Application:
     return app
 
 
+def create_liveness_app(extender: Extender) -> web.Application:
+    """``/healthz`` alone, for the kubelet's liveness probe through ``extender.alive`` on an abstract
+    unix socket (``--liveness-socket``): it lives in the pod's network namespace, so no other pod can
+    open a connection to it, and a flood of connections to the ports cannot fail the probe that
+    restarts the container (issue 29: 30% of fresh-connection probes failed, 5-7 in a row)."""
+    app = web.Application()
+    app[EXTENDER] = extender
+    app[BUFFERS] = extender.buffers
+    app.router.add_get("/healthz", extender.healthz)
+    return app
+
+
+LIVENESS_CONNECTIONS = 8  # the kubelet's probe opens one at a time
+
+
 class _BadHttpIsOneLine(logging.Filter):
     """aiohttp logs a request it cannot parse (a bad request line, an oversized header)
     as an ERROR with a traceback, after answering it 400: a client's mistake, so one
@@ -640,6 +661,13 @@ def app_runner(
     )
 
 
+async def _started(runner: GuardedRunner, site: Callable[..., web.BaseSite], *args: Any, **kwargs: Any) -> web.BaseSite:
+    await runner.setup()
+    started = site(runner, *args, **kwargs)
+    await started.start()
+    return started
+
+
 async def serve_until_stopped(
     apps: list[tuple[web.Application, str, int, ssl.SSLContext | None]],
     *,
@@ -649,6 +677,7 @@ async def serve_until_stopped(
     on_stop: Callable[[], None] | None = None,
     keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS,
     background: tuple[Callable[[], Coroutine[Any, Any, None]], ...] = (),
+    liveness: tuple[web.Application, str] | None = None,
 ) -> None:
     """Serve every (app, host, port, tls) until SIGTERM or SIGINT, then drain gracefully.
 
@@ -657,7 +686,8 @@ async def serve_until_stopped(
     close and requests already begun (their bodies still arriving, too) are answered
     until ``drain_seconds + shutdown_timeout`` after the signal, the budget the chart
     checks against the grace period: what is still under way then is cut. ``background``
-    tasks (certificate reloads) run meanwhile and are cancelled at the end.
+    tasks (certificate reloads) run meanwhile and are cancelled at the end. ``liveness``: an app
+    served on the abstract unix socket of that name too (``create_liveness_app``).
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -667,7 +697,7 @@ async def serve_until_stopped(
     raise_open_files_limit()
     loop.set_exception_handler(_loop_error)
     runners: list[GuardedRunner] = []
-    sites = []
+    sites: list[web.BaseSite] = []
     tasks = [asyncio.create_task(job()) for job in background]
     try:
         for index, (app, host, port, tls) in enumerate(apps):
@@ -677,13 +707,19 @@ async def serve_until_stopped(
                 app,
                 shutdown_timeout=CLOSE_SECONDS,
                 keepalive_timeout=keepalive_timeout,
-                port_name="verbs" if index == 0 else "probe",
+                port_name="probe" if index else "verbs",
             )
-            await runner.setup()
+            backlog = PROBE_BACKLOG if index else 128  # the verbs: aiohttp's default
+            runners.append(runner)  # cleaned up whatever happens next
+            sites.append(await _started(runner, web.TCPSite, host, port, ssl_context=tls, backlog=backlog))
+        if liveness is not None:
+            app, name = liveness
+            runner = app_runner(
+                app, shutdown_timeout=CLOSE_SECONDS, max_connections=LIVENESS_CONNECTIONS, port_name="liveness"
+            )
+            # Abstract (a leading NUL): no file, and only this network namespace reaches it.
             runners.append(runner)
-            site = web.TCPSite(runner, host, port, ssl_context=tls)
-            await site.start()
-            sites.append(site)
+            sites.append(await _started(runner, web.UnixSite, "\0" + name))
         ledger = apps[0][0][BUFFERS]
         tasks.append(asyncio.create_task(cut_overdue_answers(ledger, ANSWER_TIMEOUT_SECONDS)))
         tasks.append(asyncio.create_task(trim_after_bursts([r.guarded for r in runners], ledger)))
@@ -700,8 +736,8 @@ async def serve_until_stopped(
         )
         if drain_seconds > 0:
             await asyncio.sleep(drain_seconds)
-        for site in sites:
-            await site.stop()  # no new connections
+        for listening in sites:
+            await listening.stop()  # no new connections
         begun = [app[BEGUN] for app, *_ in apps if BEGUN in app]
         # aiohttp's close of each port takes up to twice CLOSE_SECONDS: leave that out of the wait.
         closing = 2 * CLOSE_SECONDS * len(runners) + CLOSE_SECONDS

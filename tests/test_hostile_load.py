@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import threading
 import time
@@ -27,10 +28,12 @@ from benchmarks.hostile_load import (
     header_flood,
     made_up_names,
     metrics_under_scrapes,
+    probes_under_churn,
     slow_readers,
     withheld_uploads,
 )
 from benchmarks.worst_request import names_body
+from extender.alive import alive
 from extender.cluster import ClusterState
 from extender.config import DEFAULT_MAX_REQUEST_BYTES, build_config
 from extender.connections import cut_overdue_answers
@@ -238,3 +241,26 @@ def test_namespaces_and_pods_named_only_in_requests_leave_no_series_and_no_waiti
     checkpoints = figures["rss_mib_at_checkpoints"]
     assert checkpoints[-1] - checkpoints[len(checkpoints) // 2] <= 4, figures  # flat
     assert figures["rss_peak_mib"] <= 0.7 * 512, figures
+
+
+def test_a_connection_flood_never_fails_three_liveness_probes_in_a_row(tmp_path: Path) -> None:
+    """Issue 29: 1,024 clients opening and closing connections to the probe port made 30% of the
+    kubelet's fresh-connection probes fail, 5-7 in a row (three failed liveness probes restart the
+    container). The chart's liveness probe now goes through an abstract unix socket no other pod can
+    reach (``python -m extender.alive``), run here as the kubelet runs it, every 0.5 s (the chart:
+    every 10 s) while the flood runs; the flood's own address gives way first at the cap."""
+    name = f"hugepage-extender-test-{os.getpid()}"
+    serve = Serve(tmp_path, liveness_socket=name)
+    try:
+        figures = probes_under_churn(serve, clients=1024, seconds=12.0, interval=0.5, liveness_socket=name)
+    finally:
+        log = serve.stop()
+    assert figures["connections_opened"] >= 1000, figures  # the flood happened
+    assert "connections open (the cap)" in log  # and went past the cap
+    liveness = figures["liveness_probes"]
+    assert liveness["probes"] >= 15, figures
+    assert liveness["failures_in_a_row_max"] <= 2, figures
+
+
+def test_the_liveness_probe_fails_when_nothing_answers() -> None:
+    assert "ConnectionRefusedError" in alive(f"hugepage-extender-nothing-{os.getpid()}")
