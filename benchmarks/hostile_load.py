@@ -657,6 +657,61 @@ async def made_up_names(serve: Serve, requests: int, connections: int = 8, check
     }
 
 
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def descriptor_lockout(files: int = 64, connections: int = 150, seconds: float = 6.0) -> dict[str, Any]:
+    """``serve`` limited to ``files`` descriptors, ``connections`` opened to the verbs and held idle:
+    meanwhile a scheduler's filter on a fresh connection every 0.5 s (5 s timeout), and the server's CPU."""
+    with tempfile.TemporaryDirectory() as tmp:
+        serve = Serve(Path(tmp), limit_files=files)
+        held = []
+        try:
+            for _ in range(connections):
+                with contextlib.suppress(OSError):
+                    held.append(socket.create_connection((HOST, serve.port), timeout=1))
+            time.sleep(0.5)
+            cpu = _cpu_seconds(serve.process.pid)
+            outcomes: list[float | None] = []
+            started = time.monotonic()
+            while time.monotonic() - started < seconds:
+                began = time.monotonic()
+                outcomes.append(_filter_once(serve.port) and time.monotonic() - began)
+                time.sleep(max(0.0, 0.5 - (time.monotonic() - began)))
+            cpu = _cpu_seconds(serve.process.pid) - cpu
+            elapsed = time.monotonic() - started
+        finally:
+            for sock in held:
+                sock.close()
+            log = serve.stop()
+    answered = [t for t in outcomes if t]
+    return {
+        "files": files,
+        "connections_held": len(held),
+        "filters": len(outcomes),
+        "filters_answered": len(answered),
+        "filter_max_seconds": round(max(answered), 3) if answered else None,
+        "server_cpu_percent": round(100 * cpu / elapsed, 1),
+        "accept_errors_logged": log.count("socket.accept() out of system resource"),
+    }
+
+
+def _filter_once(port: int, timeout: float = 5.0) -> bool:
+    head = f"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: {len(FILTER)}\r\nConnection: close\r\n\r\n"
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout) as sock:
+            sock.sendall(head.encode() + FILTER)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+    except OSError:
+        return False
+    return answer.startswith(b"HTTP/1.1 200") and b'"NodeNames"' in answer
+
+
 # --------------------------------------------------------------------------- fuzz and floods together
 
 

@@ -16,6 +16,7 @@ import ctypes.util
 import functools
 import gc
 import logging
+import os
 import resource
 import time
 from collections.abc import Callable
@@ -206,6 +207,41 @@ class GuardedRunner(web.AppRunner):
         server = self.server
         assert isinstance(server, GuardedServer)
         return server
+
+
+# Descriptors kept for what is not a client's connection: the watches and other API calls, the
+# Events' and the binder's pools, log files, the liveness socket's few connections.
+RESERVED_FILES = 24
+MIN_CONNECTIONS = 4
+
+
+def connections_within_open_files(wanted: int, backlog: int, ports: int) -> tuple[int, int]:
+    """(connections a port, accepts a turn of the event loop): ``wanted`` (``maxConnections``) and
+    ``backlog``, fewer when the open-files limit cannot hold both on every port beside what the process
+    has open and ``RESERVED_FILES``. asyncio accepts up to the backlog before the cap can close an idle
+    connection, and past the limit ``accept()`` fails: clients that open connections and send nothing
+    held every descriptor until the idle timeout (at a limit of 64, 150 such connections kept
+    ``/filter`` unanswered for 105 s, and asyncio retried accept() again and again)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted, backlog
+    try:
+        open_now = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        open_now = 0
+    room = (soft - open_now - RESERVED_FILES) // max(1, ports)
+    if room >= wanted + backlog:
+        return wanted, backlog
+    half = max(MIN_CONNECTIONS, room // 2)
+    log.warning(
+        "open-files limit %d (%d open): at most %d connections a port (maxConnections %d), %d accepted at once",
+        soft,
+        open_now,
+        min(wanted, half),
+        wanted,
+        min(backlog, half),
+    )
+    return min(wanted, half), min(backlog, half)
 
 
 def raise_open_files_limit() -> None:

@@ -33,6 +33,7 @@ from extender.config import Config
 from extender.connections import (
     CUT_REASONS,
     GuardedRunner,
+    connections_within_open_files,
     cut_overdue_answers,
     keep_large_buffers_apart,
     raise_open_files_limit,
@@ -695,6 +696,7 @@ async def serve_until_stopped(
         loop.add_signal_handler(signum, stop.set)
     keep_large_buffers_apart()
     raise_open_files_limit()
+    wanted = apps[0][0][EXTENDER].config.max_connections
     loop.set_exception_handler(_loop_error)
     runners: list[GuardedRunner] = []
     sites: list[web.BaseSite] = []
@@ -703,13 +705,15 @@ async def serve_until_stopped(
         for index, (app, host, port, tls) in enumerate(apps):
             # aiohttp's own close waits up to twice this per connection: what is left of the
             # budget once begun requests had theirs.
+            # The verbs: aiohttp's default backlog.
+            cap, backlog = connections_within_open_files(wanted, PROBE_BACKLOG if index else 128, len(apps))
             runner = app_runner(
                 app,
                 shutdown_timeout=CLOSE_SECONDS,
                 keepalive_timeout=keepalive_timeout,
+                max_connections=cap,
                 port_name="probe" if index else "verbs",
             )
-            backlog = PROBE_BACKLOG if index else 128  # the verbs: aiohttp's default
             runners.append(runner)  # cleaned up whatever happens next
             sites.append(await _started(runner, web.TCPSite, host, port, ssl_context=tls, backlog=backlog))
         if liveness is not None:
