@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import json
 import os
 import resource
@@ -300,6 +301,43 @@ async def metrics_flood(port: int, connections: int, seconds: float, per_second:
 
         await asyncio.gather(*(one(i / per_second) for i in range(connections)))
     return {"scrapes": scrapes, "scrape_failures": failures, "scrapes_per_second": round(scrapes / seconds, 1)}
+
+
+async def gzip_slow_readers(port: int, clients: int, body: bytes, hold_seconds: float) -> dict[str, Any]:
+    """``slow_readers`` with the body gzip'ed: a few hundred KiB on the wire, ``maxRequestBytes`` plain."""
+    packed = gzip.compress(body, compresslevel=9)
+    opened = [o for o in await asyncio.gather(*(_open(port) for _ in range(clients))) if o is not None]
+    head = (
+        "POST /prioritize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+        f"Content-Length: {len(packed)}\r\n\r\n"
+    )
+    sent = await asyncio.gather(*(_send(writer, head.encode() + packed, timeout=30) for _, writer in opened))
+    await asyncio.sleep(hold_seconds)
+    _close([writer for _, writer in opened])
+    return {"clients": len(opened), "requests_sent": sum(sent), "wire_bytes": len(packed)}
+
+
+async def memory_attacks_together(port: int, seconds: float, scale: float = 1.0) -> dict[str, Any]:
+    """Gzip'ed worst-case prioritize bodies, withheld uploads and slow readers, each again and again
+    at once for ``seconds`` (issue 29's combined attack)."""
+    big = names_body(DEFAULT_MAX_REQUEST_BYTES - 4096, MAX_CANDIDATES)
+    rounds: Counter[str] = Counter()
+    deadline = time.monotonic() + seconds
+    attacks = {
+        "gzip": lambda: gzip_slow_readers(port, max(1, round(6 * scale)), big, 2.0),
+        "uploads": lambda: withheld_uploads(
+            port, max(1, round(12 * scale)), DEFAULT_MAX_REQUEST_BYTES - 1024 * 1024, 2.0
+        ),
+        "slow-readers": lambda: slow_readers(port, max(1, round(6 * scale)), big, 2.0),
+    }
+
+    async def again(name: str) -> None:
+        while time.monotonic() < deadline:
+            await attacks[name]()
+            rounds[name] += 1
+
+    await asyncio.gather(*(again(name) for name in attacks))
+    return {"rounds": dict(rounds)}
 
 
 # --------------------------------------------------------------------------- one attack, measured
