@@ -5,10 +5,12 @@ Pure: connections are described by plain values, time is passed in, and the shel
 (``extender.connections``) closes whatever this module names.
 
 Two caps. Connections per port: a new one past the cap closes the connection that
-matters least: one with no request under way before one with, then the one that finished
-the fewest requests (a slow header block finished none; a flood of fresh connections
-one each), then the longest idle. A scheduler keeps its connections and sends request
-after request on them, so they are the last to go. Bytes held for clients across
+matters least: one of the address that holds the most connections (a flood from one pod
+gives way before a kubelet's probe from its node or a scheduler), then one with no request
+under way before one with, then the one that finished the fewest requests (a slow header
+block finished none; a flood of fresh connections one each), then the longest idle. A
+scheduler keeps its connections and sends request after request on them, so they are the
+last to go. Bytes held for clients across
 connections (request bodies being read, answers not yet taken): past the cap, the
 holders that made no progress for the longest are cut until the total is under it
 again; a request that streams is younger than one that stalls.
@@ -16,6 +18,7 @@ again; a request that streams is younger than one that stalls.
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -31,6 +34,7 @@ class ConnectionView:
     busy: bool  # a request is under way (its body arriving, its handler running, its answer being sent)
     requests: int  # requests it finished parsing
     last_request_at: float  # when it last finished parsing one (when it opened, if never)
+    peer: str = ""  # the client's address
 
 
 # Past this many requests connections rank alike, by idleness: a new scheduler connection is
@@ -41,10 +45,13 @@ SEASONED_REQUESTS = 8
 def eviction_order(connections: Iterable[tuple[Conn, ConnectionView]]) -> list[Conn]:
     """The connections in the order they give way to a new one, first to go first."""
 
-    def rank(view: ConnectionView) -> tuple[bool, int, float]:
-        return view.busy, min(view.requests, SEASONED_REQUESTS), view.last_request_at
+    listed = list(connections)
+    per_peer = collections.Counter(view.peer for _, view in listed)
 
-    ranked = sorted(connections, key=lambda item: rank(item[1]))
+    def rank(view: ConnectionView) -> tuple[int, bool, int, float]:
+        return -per_peer[view.peer], view.busy, min(view.requests, SEASONED_REQUESTS), view.last_request_at
+
+    ranked = sorted(listed, key=lambda item: rank(item[1]))
     return [conn for conn, _ in ranked]
 
 

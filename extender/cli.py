@@ -37,7 +37,7 @@ from extender.logs import configure as configure_logging
 from extender.metrics import Metrics
 from extender.nodeagent.cli import add_parser as add_node_agent_parser
 from extender.objects import Pod
-from extender.server import Extender, create_app, create_probe_app, serve_until_stopped
+from extender.server import Extender, create_app, create_liveness_app, create_probe_app, serve_until_stopped
 from extender.snapshot import SnapshotError, load_snapshot
 from extender.tls import CertificateReloader, server_ssl_context
 
@@ -157,6 +157,7 @@ async def _serve_apps(
         on_start=serving,
         on_stop=not_ready,
         background=tuple(background),
+        liveness=(create_liveness_app(extender), args.liveness_socket) if args.liveness_socket else None,
     )
 
 
@@ -336,6 +337,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--probe-host",
         help="address of --probe-port (default: --host); the chart keeps the verbs on 127.0.0.1, beside "
         "the scheduler, and serves probes and metrics on 0.0.0.0 for the kubelet and Prometheus",
+    )
+    serve.add_argument(
+        "--liveness-socket",
+        help="also serve /healthz on this abstract unix socket, for an exec liveness probe "
+        "(python -m extender.alive NAME): no other pod can reach it, so no connection flood fails it",
     )
     serve.add_argument("--enable-bind", action="store_true", help="serve the bind verb (creates Bindings)")
     serve.add_argument(

@@ -16,6 +16,7 @@ import ctypes.util
 import functools
 import gc
 import logging
+import os
 import resource
 import time
 from collections.abc import Callable
@@ -43,7 +44,7 @@ SMALL_ANSWER_BYTES = 64 * 1024
 class GuardedHandler(RequestHandler):
     """aiohttp's connection, with what the cap's choice reads of it."""
 
-    __slots__ = ("last_request_at", "ledger", "on_cut")
+    __slots__ = ("last_request_at", "ledger", "on_cut", "peer")
 
     def __init__(
         self, manager: web.Server, *, ledger: BufferLedger, on_cut: Callable[[str], None], **kwargs: Any
@@ -52,6 +53,12 @@ class GuardedHandler(RequestHandler):
         self.last_request_at = time.monotonic()
         self.ledger = ledger
         self.on_cut = on_cut
+        self.peer = ""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) else ""
+        super().connection_made(transport)  # the server's cap: it reads every connection's peer
 
     def data_received(self, data: bytes) -> None:
         parsed = self._request_count
@@ -69,7 +76,7 @@ class GuardedHandler(RequestHandler):
                 self._pause_reading_for_buffer()  # aiohttp resumes it as the queue drains
 
     def view(self) -> ConnectionView:
-        return ConnectionView(self._request_in_progress, self._request_count, self.last_request_at)
+        return ConnectionView(self._request_in_progress, self._request_count, self.last_request_at, self.peer)
 
     def cut(self) -> None:
         """Close at once, dropping what is buffered to send (``close`` would wait to send it)."""
@@ -121,6 +128,11 @@ class GuardedServer(web.Server):
         self.on_cut = on_cut
         self.evictions = 0
         self.closed = 0  # connections closed since the last trim
+        # The connections counted against the cap, in the order they opened: those cut or lost leave
+        # at once. Not aiohttp's ``_connections``, which keeps a cut one until its loss is handled in
+        # a later turn of the loop: a batch of a flood's connections (up to 128 accepted in one turn)
+        # made each new one walk hundreds, and one turn took a second.
+        self._open: dict[GuardedHandler, None] = {}
 
     def __call__(self) -> RequestHandler:
         return GuardedHandler(self, loop=self._loop, ledger=self.ledger, on_cut=self.on_cut, **self._kwargs)
@@ -130,25 +142,33 @@ class GuardedServer(web.Server):
         one: at this point (not when accepted, which comes in batches) it can be ranked with the
         rest, so a batch of a flood's fresh connections goes before a scheduler's."""
         super().connection_made(handler, transport)
-        open_ = [
-            (h, h.view())
-            for h, t in self._connections.items()
-            if isinstance(h, GuardedHandler) and h is not handler and not t.is_closing()
-        ]
-        excess = len(open_) + 1 - self.max_connections
-        for victim in eviction_order(open_)[: max(0, excess)]:
-            self.evictions += 1
-            log.warning(
-                "%s port: %d connections open (the cap): closing one %s",
-                self.port_name,
-                self.max_connections,
-                "with a request under way" if victim.view().busy else "idle or still sending its header",
-            )
-            self.on_cut("connection_cap")
-            victim.cut()
+        if not isinstance(handler, GuardedHandler):
+            return
+        if len(self._open) + 1 > self.max_connections:
+            for gone in [h for h in self._open if h.transport is None or h.transport.is_closing()]:
+                del self._open[gone]
+            excess = len(self._open) + 1 - self.max_connections
+            if excess > 0:
+                for victim in eviction_order([(h, h.view()) for h in self._open])[:excess]:
+                    self._evict(victim)
+        self._open[handler] = None
+
+    def _evict(self, victim: GuardedHandler) -> None:
+        self.evictions += 1
+        del self._open[victim]
+        log.warning(
+            "%s port: %d connections open (the cap): closing one %s",
+            self.port_name,
+            self.max_connections,
+            "with a request under way" if victim.view().busy else "idle or still sending its header",
+        )
+        self.on_cut("connection_cap")
+        victim.cut()
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         super().connection_lost(handler, exc)
+        if isinstance(handler, GuardedHandler):
+            self._open.pop(handler, None)
         self.closed += 1
 
 
@@ -187,6 +207,41 @@ class GuardedRunner(web.AppRunner):
         server = self.server
         assert isinstance(server, GuardedServer)
         return server
+
+
+# Descriptors kept for what is not a client's connection: the watches and other API calls, the
+# Events' and the binder's pools, log files, the liveness socket's few connections.
+RESERVED_FILES = 24
+MIN_CONNECTIONS = 4
+
+
+def connections_within_open_files(wanted: int, backlog: int, ports: int) -> tuple[int, int]:
+    """(connections a port, accepts a turn of the event loop): ``wanted`` (``maxConnections``) and
+    ``backlog``, fewer when the open-files limit cannot hold both on every port beside what the process
+    has open and ``RESERVED_FILES``. asyncio accepts up to the backlog before the cap can close an idle
+    connection, and past the limit ``accept()`` fails: clients that open connections and send nothing
+    held every descriptor until the idle timeout (at a limit of 64, 150 such connections kept
+    ``/filter`` unanswered for 105 s, and asyncio retried accept() again and again)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted, backlog
+    try:
+        open_now = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        open_now = 0
+    room = (soft - open_now - RESERVED_FILES) // max(1, ports)
+    if room >= wanted + backlog:
+        return wanted, backlog
+    half = max(MIN_CONNECTIONS, room // 2)
+    log.warning(
+        "open-files limit %d (%d open): at most %d connections a port (maxConnections %d), %d accepted at once",
+        soft,
+        open_now,
+        min(wanted, half),
+        wanted,
+        min(backlog, half),
+    )
+    return min(wanted, half), min(backlog, half)
 
 
 def raise_open_files_limit() -> None:

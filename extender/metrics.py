@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -29,6 +29,7 @@ from extender.waiting import Waiting
 from extender.writes import KINDS, RESULTS
 
 M = TypeVar("M", bound=MetricWrapperBase)
+T = TypeVar("T")
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -93,6 +94,25 @@ class _WatchCollector(Collector):
             relists.add_metric([name], reflector.relists)
             failures.add_metric([name], reflector.failures)
         yield from (age, relists, failures)
+
+
+class _Reading(Generic[T]):
+    """What a scrape reads from the cluster state. A render in a thread (``extender.scrape``) reads
+    it as taken on the event loop, the state's only thread, just before (``freeze``); any other
+    render (on the loop) reads it afresh."""
+
+    def __init__(self, read: Callable[[], T]) -> None:
+        self._read = read
+        self._frozen: tuple[T] | None = None
+
+    def freeze(self) -> None:
+        self._frozen = (self._read(),)
+
+    def thaw(self) -> None:
+        self._frozen = None
+
+    def __call__(self) -> T:
+        return self._read() if self._frozen is None else self._frozen[0]
 
 
 class Metrics:
@@ -199,19 +219,20 @@ class Metrics:
         self.nodes = Gauge("hugepage_extender_cached_nodes", "Nodes in the extender's cache.", registry=r)
         self.pods = Gauge("hugepage_extender_cached_pods", "Bound, non-terminal pods in the cache.", registry=r)
         self.holds = Gauge("hugepage_extender_holds", "Placements in flight now.", registry=r)
-        # Per namespace: which namespace is safe to switch to enforce. Bounded by the
-        # namespaces in shadow mode that run hugepage pods. pod_namespace, not namespace:
+        # Per namespace: which namespace is safe to switch to enforce. Bounded by the config: the
+        # namespaces it names, the rest as one (server.OTHER_NAMESPACES). pod_namespace, not namespace:
         # Prometheus gives every series the namespace of the extender's own pod.
         self.shadow_rejected_pods = Counter(
             "hugepage_extender_shadow_rejected_pods",
-            "Pods in shadow mode that enforce would have kept Pending (every candidate lacked room), by namespace.",
+            "Pods in shadow mode that enforce would have kept Pending (every candidate lacked room), by namespace"
+            " (those the config names; the rest as _other).",
             ["pod_namespace"],
             registry=r,
         )
         self.waiting_pods = Gauge(
             "hugepage_extender_waiting_pods",
-            "Enforced pods whose latest filter call admitted no node (Pending for hugepages), asked about in the "
-            "last 10 minutes.",
+            "Enforced pods the watch shows Pending whose latest filter call admitted no node (Pending for hugepages),"
+            " asked about in the last 10 minutes.",
             registry=r,
         )
         self.waiting_oldest = Gauge(
@@ -222,6 +243,22 @@ class Metrics:
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
         self._pools: _PoolCollector | None = None
         self._state_collector: _StateCollector | None = None
+        self._readings: dict[str, _Reading[object]] = {}
+
+    def freeze(self) -> None:
+        """Read the state for a render in another thread: on the event loop, and cheap (copies
+        of references; the walks over nodes happen in the render)."""
+        for reading in self._readings.values():
+            reading.freeze()
+
+    def thaw(self) -> None:
+        for reading in self._readings.values():
+            reading.thaw()
+
+    def _reading(self, name: str, read: Callable[[], T]) -> _Reading[T]:
+        reading = _Reading(read)
+        self._readings[name] = reading  # type: ignore[assignment]
+        return reading
 
     def child(self, metric: M, *labels: str) -> M:
         """``metric.labels(*labels)``, kept: every request counts in a few of them, and
@@ -235,7 +272,7 @@ class Metrics:
     def watch_state(self, state: StateView) -> None:
         """Gauges read the state at scrape time, so they are never stale."""
         if self._state_collector is None:
-            self._state_collector = _StateCollector(state)
+            self._state_collector = _StateCollector(self._reading("state", lambda: _state_figures(state)))
             self.registry.register(self._state_collector)
         self.ready.set_function(lambda: 1.0 if state.unready_reason() is None else 0.0)
         self.nodes.set_function(lambda: float(state.node_count))
@@ -246,12 +283,14 @@ class Metrics:
         """The cluster's pools summed at scrape time (one pass over each size's node accounts), by size."""
         if self._pools is not None:  # a second app over the same metrics: the newest state wins
             self.registry.unregister(self._pools)
-        self._pools = _PoolCollector(pools)
+        # Each size's accounts as a list (the state replaces an account, never changes one).
+        self._pools = _PoolCollector(self._reading("pools", lambda: {r: list(a()) for r, a in pools.items()}))
         self.registry.register(self._pools)
 
     def watch_waiting(self, summary: Callable[[], Waiting]) -> None:
-        self.waiting_pods.set_function(lambda: float(summary().count))
-        self.waiting_oldest.set_function(lambda: summary().oldest_seconds)
+        waiting = self._reading("waiting", summary)
+        self.waiting_pods.set_function(lambda: float(waiting().count))
+        self.waiting_oldest.set_function(lambda: waiting().oldest_seconds)
 
     def watch_reflectors(self, reflectors: Mapping[str, WatchProgress]) -> None:
         """Watch progress, relists and failures per resource, read at scrape time."""
@@ -263,8 +302,8 @@ POOL_HELD = "hugepage_extender_pool_held_bytes"
 
 
 class _PoolCollector(Collector):
-    def __init__(self, pools: Mapping[str, Callable[[], Iterable[NodeAccount]]]) -> None:
-        self._pools = dict(pools)
+    def __init__(self, pools: Callable[[], Mapping[str, list[NodeAccount]]]) -> None:
+        self._pools = pools
 
     def collect(self) -> Iterable[Metric]:
         capacity = GaugeMetricFamily(
@@ -276,8 +315,8 @@ class _PoolCollector(Collector):
             "by placements in flight.",
             labels=["resource", "holder"],
         )
-        for resource, accounts in self._pools.items():
-            totals = pool_totals(accounts())
+        for resource, accounts in self._pools().items():
+            totals = pool_totals(accounts)
             capacity.add_metric([resource], float(totals.capacity_bytes))
             held.add_metric([resource, "pods"], float(totals.pods_bytes))
             held.add_metric([resource, "outside_pods"], float(totals.outside_pods_bytes))
@@ -292,16 +331,27 @@ class _PoolCollector(Collector):
         ]
 
 
+class _StateFigures(NamedTuple):
+    report_counts: Mapping[str, int]
+    stale_reports: int
+    ignored: list[tuple[tuple[str, str], int]]
+
+
+def _state_figures(state: StateView) -> _StateFigures:
+    # Records age while nothing happens; decisions expire them as they go, a scrape does too
+    # (both on the event loop, the state's only thread), so the gauge is right when nobody schedules.
+    state.expire_reports()
+    return _StateFigures(state.report_counts(), state.stale_reports, sorted(state.ignored.items()))
+
+
 class _StateCollector(Collector):
     """The node agents' records and the inputs the state ignored, read from the state at scrape time."""
 
-    def __init__(self, state: StateView) -> None:
-        self._state = state
+    def __init__(self, figures: Callable[[], _StateFigures]) -> None:
+        self._figures = figures
 
     def collect(self) -> Iterator[Metric]:
-        # Records age while nothing happens; decisions expire them as they go, a scrape does too
-        # (both on the event loop, the state's only thread), so the gauge is right when nobody schedules.
-        self._state.expire_reports()
+        figures = self._figures()
         reports = GaugeMetricFamily(
             "hugepage_extender_node_reports",
             "Nodes by the state of their agent record: fresh (used), stale (older than nodeReportMaxAgeSeconds: "
@@ -309,14 +359,14 @@ class _StateCollector(Collector):
             "reserved annotation: pages held outside pods unseen).",
             labels=["state"],
         )
-        for state, count in self._state.report_counts().items():
+        for state, count in figures.report_counts.items():
             reports.add_metric([state], float(count))
         yield reports
         stale = CounterMetricFamily(
             "hugepage_extender_node_reports_gone_stale",
             "Agent records that went stale while in use, so their node fell back to requests-only accounting.",
         )
-        stale.add_metric([], float(self._state.stale_reports))
+        stale.add_metric([], float(figures.stale_reports))
         yield stale
         ignored = CounterMetricFamily(
             "hugepage_extender_ignored_node_inputs",
@@ -324,6 +374,6 @@ class _StateCollector(Collector):
             "future); each also logged.",
             labels=["kind", "reason"],
         )
-        for (kind, reason), count in sorted(self._state.ignored.items()):
+        for (kind, reason), count in figures.ignored:
             ignored.add_metric([kind, reason], float(count))
         yield ignored

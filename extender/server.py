@@ -24,7 +24,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from extender.binding import Binder, BindError
 from extender.budget import BufferLedger, Holding
@@ -33,6 +33,7 @@ from extender.config import Config
 from extender.connections import (
     CUT_REASONS,
     GuardedRunner,
+    connections_within_open_files,
     cut_overdue_answers,
     keep_large_buffers_apart,
     raise_open_files_limit,
@@ -46,6 +47,7 @@ from extender.objects import Pod
 from extender.policy import Mode, Policy
 from extender.quantity import QuantityError, quote
 from extender.reports import ReportState
+from extender.scrape import MetricsPage
 from extender.verbs import BindResult, ExtenderVerbs, FilterResult
 from extender.waiting import WaitingPods
 from extender.wire import (
@@ -67,6 +69,8 @@ WINDOW_RETRY_MESSAGE = (
     "hugepage-extender: no node sent fits the pod's hugepages, nodes not sent would: the scheduler retries"
     " with its next nodes (percentageOfNodesToScore below 100)"
 )
+# The label value of every namespace the config does not name: "_" is in no namespace's name.
+OTHER_NAMESPACES = "_other"
 CLIENT_GONE = 499  # counted, never sent: the client left before its body arrived (nginx's code)
 BODY_TIMEOUT_SECONDS = 10.0  # the scheduler sends a whole request within its httpTimeout (5 s)
 # Above Go's http.Transport IdleConnTimeout (90 s), so the scheduler, not the server, closes
@@ -85,6 +89,12 @@ MAX_LINE_SIZE = 8190
 # had their time: it waits up to twice its timeout per connection (the handler, then its cancel).
 CLOSE_SECONDS = 0.1
 ANSWER_SLICE_BYTES = 256 * 1024
+# asyncio accepts up to its listen backlog of connections in one turn of the event loop (aiohttp's
+# default 128): a flood of connections to the probe port, which every pod reaches, made each turn
+# take up to two seconds, and every answer (the liveness one too) waited. On the probe port a turn
+# accepts at most this many, and the kernel queues as many: past them a client's connection waits
+# for its SYN's retry, which a flood's clients and, at worst, a readiness probe do.
+PROBE_BACKLOG = 16
 
 
 def unready_message(reason: str) -> str:
@@ -260,11 +270,14 @@ class Extender:
         self.waiting = WaitingPods()  # enforced pods no node could take, for the Pending alert
         self.nudger = nudger
         self.pacer = NudgePacer()
-        # Series at 0 for the namespaces configured in shadow: increase() in the alert then
-        # counts their first would-be rejection too (a series first seen at 1 counts as no increase).
+        self.scrapes = MetricsPage(metrics)
+        # Series at 0 for the namespaces in shadow: increase() in the alert then counts their first
+        # would-be rejection too (a series first seen at 1 counts as no increase).
         for namespace, policy in config.placement.namespaces.items():
             if policy.mode is Mode.SHADOW:
                 metrics.child(metrics.shadow_rejected_pods, namespace)
+        if config.placement.defaults.mode is Mode.SHADOW:
+            metrics.child(metrics.shadow_rejected_pods, OTHER_NAMESPACES)
 
     async def filter(self, request: web.Request) -> web.StreamResponse:
         args = parse_extender_args(await read_body(request, self.body_timeout_seconds))
@@ -402,7 +415,7 @@ class Extender:
         return web.Response(text="ok")
 
     async def metrics_page(self, request: web.Request) -> web.Response:
-        body = generate_latest(self.metrics.registry)
+        body = await self.scrapes.body()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def _window_retry(self, pod: Pod, result: FilterResult, candidates: int) -> None:
@@ -431,7 +444,7 @@ class Extender:
         if policy.mode is Mode.ENFORCE and demand.wants_hugepages:
             if decision.passed:
                 self.waiting.placed(pod.metadata.uid)
-            else:
+            elif result.shown:  # a UID only a request names is no pod that waits
                 self.waiting.unplaced(pod.metadata.uid, time.monotonic())
         outcome = decision.outcome
         if outcome is Outcome.PASSTHROUGH:
@@ -441,7 +454,7 @@ class Extender:
             m.child(m.widenings, policy.widening.value).inc()
         rejected = decision.insufficient + decision.exceeds_pool
         if outcome is Outcome.SHADOW and decision.examined and rejected >= decision.examined:
-            m.child(m.shadow_rejected_pods, pod.metadata.namespace).inc()
+            m.child(m.shadow_rejected_pods, self._namespace_label(pod.metadata.namespace)).inc()
         if decision.passed or outcome is Outcome.SHADOW or result.window_retry:
             return  # a window retry: its own line (_window_retry), no Event (the scheduler's carries the Error)
         log.info(
@@ -459,6 +472,11 @@ class Extender:
             # Events into any namespace under its own identity.
             needs = zip(self.config.resource_names, (demand.hugepage_bytes, *demand.more_bytes), strict=False)
             self.events.no_fit(pod, decision, [(name, need) for name, need in needs if need > 0])
+
+    def _namespace_label(self, namespace: str) -> str:
+        """A namespace the config names, the rest as one: a label's values are bounded by the config,
+        not by the namespaces requests name (300,000 made-up ones took RSS 267 MiB up)."""
+        return namespace if namespace in self.config.placement.namespaces else OTHER_NAMESPACES
 
     def _count_by_size(self, result: FilterResult) -> None:
         """A decided filter call's outcome, under each page size the pod asks, and its rejected nodes, under
@@ -564,6 +582,21 @@ def create_probe_app(extender: Extender) -> web.Application:
     return app
 
 
+def create_liveness_app(extender: Extender) -> web.Application:
+    """``/healthz`` alone, for the kubelet's liveness probe through ``extender.alive`` on an abstract
+    unix socket (``--liveness-socket``): it lives in the pod's network namespace, so no other pod can
+    open a connection to it, and a flood of connections to the ports cannot fail the probe that
+    restarts the container (issue 29: 30% of fresh-connection probes failed, 5-7 in a row)."""
+    app = web.Application()
+    app[EXTENDER] = extender
+    app[BUFFERS] = extender.buffers
+    app.router.add_get("/healthz", extender.healthz)
+    return app
+
+
+LIVENESS_CONNECTIONS = 8  # the kubelet's probe opens one at a time
+
+
 class _BadHttpIsOneLine(logging.Filter):
     """aiohttp logs a request it cannot parse (a bad request line, an oversized header)
     as an ERROR with a traceback, after answering it 400: a client's mistake, so one
@@ -630,6 +663,13 @@ def app_runner(
     )
 
 
+async def _started(runner: GuardedRunner, site: Callable[..., web.BaseSite], *args: Any, **kwargs: Any) -> web.BaseSite:
+    await runner.setup()
+    started = site(runner, *args, **kwargs)
+    await started.start()
+    return started
+
+
 async def serve_until_stopped(
     apps: list[tuple[web.Application, str, int, ssl.SSLContext | None]],
     *,
@@ -639,6 +679,7 @@ async def serve_until_stopped(
     on_stop: Callable[[], None] | None = None,
     keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS,
     background: tuple[Callable[[], Coroutine[Any, Any, None]], ...] = (),
+    liveness: tuple[web.Application, str] | None = None,
 ) -> None:
     """Serve every (app, host, port, tls) until SIGTERM or SIGINT, then drain gracefully.
 
@@ -647,7 +688,8 @@ async def serve_until_stopped(
     close and requests already begun (their bodies still arriving, too) are answered
     until ``drain_seconds + shutdown_timeout`` after the signal, the budget the chart
     checks against the grace period: what is still under way then is cut. ``background``
-    tasks (certificate reloads) run meanwhile and are cancelled at the end.
+    tasks (certificate reloads) run meanwhile and are cancelled at the end. ``liveness``: an app
+    served on the abstract unix socket of that name too (``create_liveness_app``).
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -655,25 +697,34 @@ async def serve_until_stopped(
         loop.add_signal_handler(signum, stop.set)
     keep_large_buffers_apart()
     raise_open_files_limit()
+    wanted = apps[0][0][EXTENDER].config.max_connections
     loop.set_exception_handler(_loop_error)
     runners: list[GuardedRunner] = []
-    sites = []
+    sites: list[web.BaseSite] = []
     tasks = [asyncio.create_task(job()) for job in background]
     try:
         for index, (app, host, port, tls) in enumerate(apps):
             # aiohttp's own close waits up to twice this per connection: what is left of the
             # budget once begun requests had theirs.
+            # The verbs: aiohttp's default backlog.
+            cap, backlog = connections_within_open_files(wanted, PROBE_BACKLOG if index else 128, len(apps))
             runner = app_runner(
                 app,
                 shutdown_timeout=CLOSE_SECONDS,
                 keepalive_timeout=keepalive_timeout,
-                port_name="verbs" if index == 0 else "probe",
+                max_connections=cap,
+                port_name="probe" if index else "verbs",
             )
-            await runner.setup()
+            runners.append(runner)  # cleaned up whatever happens next
+            sites.append(await _started(runner, web.TCPSite, host, port, ssl_context=tls, backlog=backlog))
+        if liveness is not None:
+            app, name = liveness
+            runner = app_runner(
+                app, shutdown_timeout=CLOSE_SECONDS, max_connections=LIVENESS_CONNECTIONS, port_name="liveness"
+            )
+            # Abstract (a leading NUL): no file, and only this network namespace reaches it.
             runners.append(runner)
-            site = web.TCPSite(runner, host, port, ssl_context=tls)
-            await site.start()
-            sites.append(site)
+            sites.append(await _started(runner, web.UnixSite, "\0" + name))
         ledger = apps[0][0][BUFFERS]
         tasks.append(asyncio.create_task(cut_overdue_answers(ledger, ANSWER_TIMEOUT_SECONDS)))
         tasks.append(asyncio.create_task(trim_after_bursts([r.guarded for r in runners], ledger)))
@@ -690,8 +741,8 @@ async def serve_until_stopped(
         )
         if drain_seconds > 0:
             await asyncio.sleep(drain_seconds)
-        for site in sites:
-            await site.stop()  # no new connections
+        for listening in sites:
+            await listening.stop()  # no new connections
         begun = [app[BEGUN] for app, *_ in apps if BEGUN in app]
         # aiohttp's close of each port takes up to twice CLOSE_SECONDS: leave that out of the wait.
         closing = 2 * CLOSE_SECONDS * len(runners) + CLOSE_SECONDS
@@ -724,7 +775,9 @@ def create_app(extender: Extender) -> web.Application:
     extender.metrics.watch_pools(
         {size.resource_name: (lambda size=size: size.accounts.values()) for size in extender.state.sizes}  # type: ignore[misc]
     )
-    extender.metrics.watch_waiting(lambda: extender.waiting.summary(time.monotonic()))
+    extender.metrics.watch_waiting(
+        lambda: extender.waiting.summary(time.monotonic(), lambda uid: extender.state.owner_of(uid) is not None)
+    )
     for verb, handler in (("filter", extender.filter), ("prioritize", extender.prioritize), ("bind", extender.bind)):
         app.router.add_post(f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes, begun))
     app.router.add_get("/debug/state", extender.debug_state)  # read-only; the verbs' TLS and client certificates

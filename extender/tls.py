@@ -35,12 +35,20 @@ def server_ssl_context(
             raise TLSConfigError(f"{flag} {path}: no such file")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # No session resumption: a resumed session skips the client certificate's check, so a client
+    # whose CA was removed (``CertificateReloader``) kept resuming its earlier session. Tickets are
+    # issued by the first context, whatever context a handshake is switched to; none are issued.
+    context.options |= ssl.OP_NO_TICKET
+    context.num_tickets = 0
     try:
         context.load_cert_chain(cert_file, key_file)
     except ssl.SSLError as error:
         raise TLSConfigError(f"--tls-cert-file and --tls-key-file: not a certificate and its key ({error})") from None
     if client_ca_file is not None:
         context.verify_mode = ssl.CERT_REQUIRED
+        # TLS 1.2 also resumes by session ID from the server's cache, which Python cannot turn off;
+        # TLS 1.3 resumes only with tickets. The scheduler (Go's crypto/tls) speaks 1.3.
+        context.minimum_version = ssl.TLSVersion.TLSv1_3
         try:
             context.load_verify_locations(cafile=client_ca_file)
         except ssl.SSLError as error:
@@ -65,7 +73,8 @@ class CertificateReloader:
     ClientHello, with or without a server name: new connections get the new
     certificate and are checked against the new client CA alone (a CA removed from
     the file is no longer trusted), open ones keep theirs, and no request fails.
-    An SSLContext can add trusted CAs but never remove one, hence a fresh context.
+    An SSLContext can add trusted CAs but never remove one, hence a fresh context. No session
+    is resumed (``server_ssl_context``): a resumption would skip the check against the new CA.
     """
 
     def __init__(self, context: ssl.SSLContext, cert_file: Path, key_file: Path, client_ca_file: Path | None) -> None:

@@ -1,14 +1,15 @@
 """Pods the extender keeps waiting: enforced pods whose latest filter call admitted no node.
 
 Only the filter sees them (a pod the scheduler cannot place stays Pending and is
-retried), so the tracker learns from filter calls alone: a pod enters at its
-first call that admits nothing, leaves when a call admits a node, and is
-forgotten when the scheduler has not asked about it for ``forget_after_seconds``
-(it was deleted, or placed by another scheduler). kube-scheduler retries an
+retried), so the tracker learns from filter calls: a pod the watch shows waiting
+enters at its first call that admits nothing (a UID only a request names never
+does), leaves when a call admits a node or the watch no longer shows it waiting,
+and is forgotten when the scheduler has not asked about it for
+``forget_after_seconds`` (placed by another scheduler). kube-scheduler retries an
 unschedulable pod at least every 5 minutes (``podMaxInUnschedulablePodsDuration``),
 so a pod still Pending is asked about well within the default 10 minutes.
 
-Time is passed in, never read here. Memory: one entry per waiting pod.
+Time is passed in, never read here. Memory: one entry per waiting pod the watch shows.
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ class WaitingPods:
         """Whether a pod tracked here still waits by ``still_waiting`` (the watch shows it unbound)."""
         return any(still_waiting(uid) for uid in self._since)
 
-    def summary(self, now: float) -> Waiting:
-        """Drops pods not asked about for ``forget_after_seconds``; the rest, counted."""
+    def summary(self, now: float, still_waiting: Callable[[str], bool] = lambda uid: True) -> Waiting:
+        """Drops pods not asked about for ``forget_after_seconds`` and those not ``still_waiting``
+        (the watch no longer shows them unbound); the rest, counted."""
         cutoff = now - self._forget_after
-        for uid in [uid for uid, (_, last) in self._since.items() if last < cutoff]:
+        for uid in [uid for uid, (_, last) in self._since.items() if last < cutoff or not still_waiting(uid)]:
             del self._since[uid]
         if not self._since:
             return Waiting(0, 0.0)

@@ -28,6 +28,18 @@ def test_the_idlest_connection_that_did_the_least_gives_way_first() -> None:
     ]
 
 
+def test_the_address_with_the_most_connections_gives_way_first() -> None:
+    """Issue 29: a flood of fresh connections from one pod made the kubelet's fresh probe connection
+    the idlest, and it was cut (30% of probes). The flood's address holds the most: it goes first."""
+    connections = {
+        "kubelet-probe": ConnectionView(busy=False, requests=0, last_request_at=1.0, peer="10.0.0.1"),
+        "flood-1": ConnectionView(busy=False, requests=0, last_request_at=2.0, peer="10.1.2.3"),
+        "flood-2": ConnectionView(busy=True, requests=1, last_request_at=3.0, peer="10.1.2.3"),
+        "flood-3": ConnectionView(busy=False, requests=0, last_request_at=4.0, peer="10.1.2.3"),
+    }
+    assert eviction_order(connections.items()) == ["flood-1", "flood-3", "flood-2", "kubelet-probe"]
+
+
 def test_past_the_cap_the_stalest_holdings_are_cut_until_under_it() -> None:
     cut: list[str] = []
     ledger = BufferLedger(limit=100)

@@ -199,6 +199,9 @@ def test_waiting_pods_from_first_refusal_until_placed_or_forgotten() -> None:
     assert waiting.summary(460.0) == Waiting(count=1, oldest_seconds=300.0)  # 460 - 160
     # b not asked about for over 600 s: deleted, or placed by someone else.
     assert waiting.summary(761.0).count == 0
+    # Not waiting by the watch (bound, deleted): dropped at once.
+    waiting.unplaced("c", 800.0)
+    assert waiting.summary(801.0, lambda uid: uid != "c").count == 0
 
 
 # --------------------------------------------------------------------------- over HTTP
@@ -266,7 +269,11 @@ async def test_metrics_for_pools_waiting_pods_and_shadow(aiohttp_client: ClientF
 
     # Enforced, too large for any pool left (roomy has 4Gi): it waits.
     big = make_pod("big", "default", uid="uid-big", hugepages="8Gi")
+    extender.state.apply_pod(big)  # the watch shows it Pending
     await client.post("/filter", json={"Pod": pod_json(big), "NodeNames": ["roomy", "full"]})
+    # The same, named only in a request: no pod that waits.
+    ghost = make_pod("ghost", "default", uid="uid-ghost", hugepages="8Gi")
+    await client.post("/filter", json={"Pod": pod_json(ghost), "NodeNames": ["roomy", "full"]})
     # Shadow: only "full" offered, which enforce would reject: a would-be Pending pod.
     shadow = make_pod("s", "canary", uid="uid-s", hugepages="1Gi")
     await client.post("/filter", json={"Pod": pod_json(shadow), "NodeNames": ["full"]})
@@ -277,8 +284,9 @@ async def test_metrics_for_pools_waiting_pods_and_shadow(aiohttp_client: ClientF
     assert after[("hugepage_extender_waiting_pod_max_age_seconds", ())] >= 0
     assert after[("hugepage_extender_shadow_rejected_pods_total", (("pod_namespace", "canary"),))] == 1
 
-    # A later call that admits a node ends the wait.
+    # A later call that admits a node ends the wait (the pod resized to 2Gi).
     fits = make_pod("big", "default", uid="uid-big", hugepages="2Gi")
+    extender.state.apply_pod(fits)
     await client.post("/filter", json={"Pod": pod_json(fits), "NodeNames": ["roomy", "full"]})
     assert samples(extender.metrics)[("hugepage_extender_waiting_pods", ())] == 0
     assert (

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,14 +21,20 @@ import pytest
 from aiohttp import web
 
 from benchmarks.hostile_load import (
+    NAMES_CONFIG,
     SchedulerProbe,
     Serve,
     descriptor_exhaustion,
+    descriptor_lockout,
     header_flood,
+    made_up_names,
+    metrics_under_scrapes,
+    probes_under_churn,
     slow_readers,
     withheld_uploads,
 )
 from benchmarks.worst_request import names_body
+from extender.alive import alive
 from extender.cluster import ClusterState
 from extender.config import DEFAULT_MAX_REQUEST_BYTES, build_config
 from extender.connections import cut_overdue_answers
@@ -180,3 +188,93 @@ def test_file_descriptors_running_out_is_a_few_log_lines() -> None:
     # And asyncio's retries of accept(), pending when the port closes, fail once each: 10 more.
     assert figures["tracebacks_logged"] <= 20, figures
     assert figures["log_bytes"] < 40_000, figures
+
+
+def test_a_metrics_flood_at_15000_nodes_does_not_delay_the_filter() -> None:
+    """Issue 29: with 15,000 nodes, 64 connections scraping ``/metrics`` took the filter's p50 from
+    1.0 ms to 1,205 ms (each render walked every node on the event loop). 64 scrapes a second here,
+    from another process, against the same server's filters alone just before."""
+    figures = metrics_under_scrapes(nodes=15_000, connections=64, per_second=64.0, seconds=5.0)
+    assert figures["scrape_failures"] == 0, figures
+    assert figures["scrapes"] >= 0.8 * 64 * 5, figures  # the flood happened
+    assert figures["filter_failures"] == 0, figures
+    assert figures["filter_p50_ms_scraped"] <= 1.5 * figures["filter_p50_ms_alone"], figures
+    assert figures["filters_scraped"] >= 0.7 * figures["filters_alone"], figures
+
+
+async def test_scrapes_at_once_share_one_render_made_off_the_event_loop() -> None:
+    config = build_config({}, {})
+    state = ClusterState(config)
+    state.replace([make_node(f"n{i}", hugepages="4Gi") for i in range(50)], [])
+    extender = Extender(config, state, Metrics())
+    create_app(extender)
+    loop_thread = threading.get_ident()
+    threads: list[int] = []
+    original = extender.metrics.registry.collect
+
+    def collect() -> Any:
+        threads.append(threading.get_ident())
+        return original()
+
+    extender.metrics.registry.collect = collect  # type: ignore[method-assign]
+    bodies = await asyncio.gather(*(extender.scrapes.body() for _ in range(20)))
+    assert extender.scrapes.renders == 1
+    assert len(set(bodies)) == 1
+    assert b"hugepage_extender_pool_capacity_bytes" in bodies[0]
+    assert threads
+    assert loop_thread not in threads
+    await extender.scrapes.body()  # right after: the same page
+    assert extender.scrapes.renders == 1
+
+
+def test_namespaces_and_pods_named_only_in_requests_leave_no_series_and_no_waiting_pods(tmp_path: Path) -> None:
+    """Issue 29: 300,000 filter calls for pods of distinct namespaces in shadow left 300,000
+    ``shadow_rejected_pods`` series (RSS +267 MiB); 300,000 waiting pods named only in requests, a
+    waiting-pods gauge of 300,000 (RSS +94 MiB, still growing). 30,000 here, half of each."""
+    serve = Serve(tmp_path, config=NAMES_CONFIG)
+    try:
+        figures = asyncio.run(made_up_names(serve, 30_000))
+    finally:
+        serve.stop()
+    assert figures["statuses"] == {"200": 30_000}, figures
+    assert figures["shadow_rejected_series"] == 1, figures  # the namespaces the config does not name, as one
+    assert figures["waiting_pods"] == 0, figures  # none of them is a pod the watch shows
+    checkpoints = figures["rss_mib_at_checkpoints"]
+    assert checkpoints[-1] - checkpoints[len(checkpoints) // 2] <= 4, figures  # flat
+    assert figures["rss_peak_mib"] <= 0.7 * 512, figures
+
+
+def test_a_connection_flood_never_fails_three_liveness_probes_in_a_row(tmp_path: Path) -> None:
+    """Issue 29: 1,024 clients opening and closing connections to the probe port made 30% of the
+    kubelet's fresh-connection probes fail, 5-7 in a row (three failed liveness probes restart the
+    container). The chart's liveness probe now goes through an abstract unix socket no other pod can
+    reach (``python -m extender.alive``), run here as the kubelet runs it, every 0.5 s (the chart:
+    every 10 s) while the flood runs; the flood's own address gives way first at the cap."""
+    name = f"hugepage-extender-test-{os.getpid()}"
+    serve = Serve(tmp_path, liveness_socket=name)
+    try:
+        figures = probes_under_churn(serve, clients=1024, seconds=12.0, interval=0.5, liveness_socket=name)
+    finally:
+        log = serve.stop()
+    assert figures["connections_opened"] >= 500, figures  # the flood happened
+    assert "connections open (the cap)" in log  # and went past the cap
+    liveness = figures["liveness_probes"]
+    assert liveness["probes"] >= 8, figures  # each a process of its own: slow on a loaded machine
+    assert liveness["failures_in_a_row_max"] <= 2, figures
+
+
+def test_the_liveness_probe_fails_when_nothing_answers() -> None:
+    assert "ConnectionRefusedError" in alive(f"hugepage-extender-nothing-{os.getpid()}")
+
+
+def test_a_low_open_files_limit_neither_locks_the_scheduler_out_nor_burns_cpu() -> None:
+    """Issue 29: with ``ulimit -n 64``, connections that never send a request held every descriptor:
+    ``/filter`` timed out for 105 s, and the accept loop burned about 40% of a core. 150 here, held
+    while a scheduler's filter comes on a fresh connection every 0.5 s (before: none answered in 5 s,
+    the server at 10% CPU, 22 accept() errors logged)."""
+    figures = descriptor_lockout(files=64, connections=150, seconds=5.0)
+    assert figures["connections_held"] >= 64, figures  # more than the descriptors
+    assert figures["filters_answered"] == figures["filters"], figures
+    assert figures["filter_max_seconds"] < 2.0, figures
+    assert figures["server_cpu_percent"] < 5.0, figures
+    assert figures["accept_errors_logged"] == 0, figures

@@ -249,3 +249,61 @@ def test_shutdown_ends_within_drain_plus_shutdown_timeout_with_bodies_still_arri
     assert took < 1 + 2 + 0.5, f"exit took {took:.1f} s"
     for client in clients:
         client.close()
+
+
+def _resumed_answer(
+    port: int, context: ssl.SSLContext, session: ssl.SSLSession | None
+) -> tuple[str, ssl.SSLSession | None]:
+    """What a GET /healthz gets on a connection offering ``session`` to resume ("200 reused" when the
+    server resumed it), and the connection's session."""
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as tls,
+        ):
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := tls.recv(4096):
+                answer += chunk
+            status = answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/1.1 ") else repr(answer[:40])
+            return f"{status}{' reused' if tls.session_reused else ''}", tls.session
+    except (OSError, ssl.SSLError) as error:
+        return repr(error), None
+
+
+def test_a_client_whose_ca_was_removed_cannot_resume_its_earlier_session(
+    tmp_path: Path, stopped: list[subprocess.Popen[bytes]]
+) -> None:
+    """Issue 29: after the client CA was rotated, a client whose CA was removed failed a full
+    handshake but resumed its earlier TLS session, and kept resuming (40 s later still a 200).
+    Sessions are never resumed now (no tickets; TLS 1.3, which resumes by tickets alone, with mTLS)."""
+    ours, retired = generate_certificates(tmp_path / "ours"), generate_certificates(tmp_path / "retired")
+    client_ca = tmp_path / "client-ca.pem"
+    client_ca.write_bytes(ours.ca_cert.read_bytes() + retired.ca_cert.read_bytes())
+    process, port = serve(
+        tmp_path,
+        *("--tls-cert-file", str(ours.serving_cert), "--tls-key-file", str(ours.serving_key)),
+        *("--client-ca-file", str(client_ca), "--tls-reload-seconds", "0.2"),
+    )
+    stopped.append(process)
+    wait_listening(process, port, tmp_path)
+    contexts = {}
+    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        context = contexts[version] = ssl.create_default_context(cafile=str(ours.ca_cert))
+        context.load_cert_chain(retired.admin_cert, retired.admin_key)
+        context.maximum_version = version
+    # TLS 1.2 would resume by session ID from the server's cache: refused with mTLS.
+    assert "SSL" in _resumed_answer(port, contexts[ssl.TLSVersion.TLSv1_2], None)[0]
+    tls13 = contexts[ssl.TLSVersion.TLSv1_3]
+    answer, session = _resumed_answer(port, tls13, None)
+    assert answer == "200"
+    assert session is not None
+    assert _resumed_answer(port, tls13, session)[0] == "200"  # a full handshake again, not a resumption
+    client_ca.write_bytes(ours.ca_cert.read_bytes())  # the retired CA is taken out
+    deadline = time.monotonic() + 10
+    while _resumed_answer(port, tls13, None)[0] == "200":
+        assert time.monotonic() - deadline < 0, "the removed client CA is still trusted"
+        time.sleep(0.2)
+    for _ in range(3):
+        assert not _resumed_answer(port, tls13, session)[0].startswith("200")
+    assert process.poll() is None

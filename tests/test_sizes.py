@@ -22,6 +22,7 @@ from extender.kube.events import event_for
 from extender.metrics import Metrics
 from extender.objects import Node, Pod
 from extender.policy import Mode
+from extender.scrape import MetricsPage
 from extender.server import Extender, create_app
 from extender.verbs import ExtenderVerbs
 from tests.conftest import Clock
@@ -292,6 +293,7 @@ async def test_debug_state_and_the_pool_metrics_name_every_size(aiohttp_client: 
     state = ClusterState(built)
     state.replace(NODES, [pod("busy", large="3Gi", node_name="both")])
     extender = Extender(built, state, Metrics(), rng=random.Random(1))
+    extender.scrapes = MetricsPage(extender.metrics, share=0)  # each scrape renders: the test reads changes at once
     client = await aiohttp_client(create_app(extender))
     answer = await client.post(
         "/filter", json={"Pod": msgspec.to_builtins(pod("p", small="4Mi", large="1Gi")), "NodeNames": ["both"]}

@@ -10,11 +10,14 @@ the client's model objects (seconds at thousands of pods); every request has
 a ``_request_timeout`` (without one a watch hangs forever when the network
 drops), its read timeout longer than the API server's ~60 s bookmarks, so an
 idle but healthy watch is not torn down; 410 is handled here, not by the
-client's ``Watch`` helper; reconnects back off with jitter, and so does a watch that
-ends within a second having sent nothing (client-go's "very short watch",
-``VeryShortWatchError`` in k8s.io/client-go tools/cache/reflector.go): an API server or
-proxy answering every watch with an empty 200 was re-watched 2,700 times a second, and
-such a watch is no progress, so readiness fails after ``--watch-stale-seconds``.
+client's ``Watch`` helper. Every list and watch after one that did not last
+(``HEALTHY_WATCH_SECONDS``) waits as client-go's reflector waits between its
+ListAndWatch calls (0.8 s doubling to 30 s, with jitter), whatever ended it: an error,
+410 Gone (as an event or an HTTP status), a watch that ends at once with nothing
+(client-go's "very short watch", ``VeryShortWatchError`` in k8s.io/client-go
+tools/cache/reflector.go) or after an event or a bookmark. Such API servers had the
+extender list and watch 370-2,700 times a second. What such a churn brings is applied
+but is no progress: readiness fails after ``--watch-stale-seconds`` until a watch lasts.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ class VeryShortWatch(ExtenderError):
 
 # A watch ending sooner than this with no event is a failure (client-go's threshold).
 SHORT_WATCH_SECONDS = 1.0
+# A watch that stays open this long is healthy: the backoff starts over and progress counts again.
+# A real API server keeps one open for its timeout (5 minutes here), or until a 410 after minutes.
+HEALTHY_WATCH_SECONDS = 5.0
 
 
 class _ListMeta(msgspec.Struct, rename="camel"):
@@ -140,27 +146,52 @@ class Reflector(Generic[Obj, Rec]):
         # Monotonic time the API server last answered: a list, an event, a bookmark, a watch's end.
         self.last_progress: float | None = None
         self.last_failure = ""  # why the last list or watch failed, for readiness
+        # Since a list or watch did not last, until a watch does: what comes meanwhile is no progress.
+        self._churning = False
+        self._watch_opened: float | None = None  # when the current watch's stream opened
 
     def run(self) -> None:
-        """The endless loop, kept tiny: list, watch until it ends, repeat."""
+        """The endless loop, kept tiny: list, watch until it ends, wait when it did not last, repeat."""
         backoff = Backoff()
         version: str | None = None
         while not self._stop.is_set():
+            self._watch_opened = None
+            failure = ""
             try:
                 if version is None:
                     version = self._list()
                 version = self._watch(version)
-                backoff.reset()
-                self.last_failure = ""
             except Gone:
+                failure = "410 Gone: resourceVersion expired"
                 log.info("%s: resourceVersion %s expired (410 Gone): listing again", self._resource.name, version)
                 version = None
             except Exception as error:
-                self.failures += 1
-                self.last_failure = _describe(error)
-                delay = backoff.next_delay()
-                log.warning("%s: watch failed (%s); retrying in %.1f s", self._resource.name, self.last_failure, delay)
-                self._stop.wait(delay)
+                failure = _describe(error)
+            if self._lasted():
+                backoff.reset()
+                self._churning = False
+                self.last_failure = failure
+                continue
+            self.failures += 1
+            self.last_failure = failure or f"the watch ended within {HEALTHY_WATCH_SECONDS:.0f} s"
+            self._churning = True
+            delay = backoff.next_delay()
+            log.warning(
+                "%s: list and watch failed (%s); again in %.1f s", self._resource.name, self.last_failure, delay
+            )
+            self._stop.wait(delay)
+
+    def _lasted(self) -> bool:
+        """Whether the current watch stayed open long enough to be healthy (a short one, asked to last
+        a second, counts when it lasts half of it)."""
+        opened = self._watch_opened
+        least = min(HEALTHY_WATCH_SECONDS, self._watch_timeout / 2)
+        return opened is not None and time.monotonic() - opened >= least
+
+    def _progress(self) -> None:
+        """The API server answered: progress for readiness, unless lists and watches churn."""
+        if not self._churning or self.last_progress is None or self._lasted():
+            self.last_progress = time.monotonic()
 
     def _list(self) -> str:
         """Every object, page by page; each page compacted before the next is read."""
@@ -186,7 +217,7 @@ class Reflector(Generic[Obj, Rec]):
                 break
         version: str = page.metadata.resource_version
         self.relists += 1
-        self.last_progress = time.monotonic()
+        self._progress()
         log.info(
             "%s: listed %d at resourceVersion %s in %.2f s",
             self._resource.name,
@@ -218,7 +249,7 @@ class Reflector(Generic[Obj, Rec]):
             if error.status == 410:
                 raise Gone from None
             raise
-        started = time.monotonic()
+        started = self._watch_opened = time.monotonic()
         events = 0
         try:
             for line in _lines(response):
@@ -226,14 +257,14 @@ class Reflector(Generic[Obj, Rec]):
                     break
                 version = self._apply(line, version)
                 events += 1
-                self.last_progress = time.monotonic()
+                self._progress()
         finally:
             response.release_conn()
         # Shorter than half its own timeout, too: a watch asked to last a second may end in one.
         short = min(SHORT_WATCH_SECONDS, timeout / 2)
         if not events and time.monotonic() - started < short and not self._stop.is_set():
             raise VeryShortWatch(f"very short watch: it ended within {short:.1f} s without an event")
-        self.last_progress = time.monotonic()  # the server ended the watch cleanly
+        self._progress()  # the server ended the watch cleanly
         return version
 
     def _apply(self, line: bytes, version: str) -> str:

@@ -181,13 +181,20 @@ def _numa_stats(kubepods: Path) -> Callable[[int], dict[int, int] | None]:
     return read
 
 
-def _file_blocks(directory: Path) -> Iterator[int]:
+def _file_blocks(directory: Path, seen: set[tuple[int, int]]) -> Iterator[int]:
+    """``st_blocks`` of each file under ``directory`` not in ``seen`` (device, inode), which it joins:
+    a file's pages once, however many names it has (hard links) or mounts show it (bind mounts).
+    Counted by name, 410 links to a file of one page made 411 pod pages, and pages held outside
+    pods disappeared from the record."""
     for root, _dirs, files in os.walk(directory):
         for name in files:
             try:
-                yield os.lstat(os.path.join(root, name)).st_blocks
+                stat = os.lstat(os.path.join(root, name))
             except OSError:
                 continue
+            if (stat.st_dev, stat.st_ino) not in seen:
+                seen.add((stat.st_dev, stat.st_ino))
+                yield stat.st_blocks
 
 
 def _sizes_with_a_pool(sysfs: Path) -> list[int]:
@@ -260,10 +267,11 @@ def pod_pages(roots: Roots, sizes: list[int]) -> tuple[Source, dict[int, PodPage
             log.warning("%s: %s", roots.mountinfo, error)
         else:
             files: dict[str, dict[int, int]] = {}
+            seen: set[tuple[int, int]] = set()  # across mounts: a bind mount shows the same files
             for mount in mounts:
                 uid = pod_uid_of_emptydir(mount.mount_point, str(pods_dir)) or mount.mount_point
                 own = files.setdefault(uid, {})
-                pages = emptydir_pod_pages(_file_blocks(Path(mount.mount_point)), mount.page_size)
+                pages = emptydir_pod_pages(_file_blocks(Path(mount.mount_point), seen), mount.page_size)
                 own[mount.page_size] = own.get(mount.page_size, 0) + pages
             processes = _processes_pages(roots.proc, size_of_process_pages(_sizes_with_a_pool(roots.sysfs)))
             per_size = pods_pages(files, processes)

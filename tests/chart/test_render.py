@@ -230,7 +230,14 @@ def test_extender_pods_are_hardened(renders: dict[str, Rendered], scenario: str)
 def test_extender_probes_use_the_plain_http_probe_port(renders: dict[str, Rendered], scenario: str) -> None:
     extender = the_extender_container(renders[scenario], topology_of(scenario))
     ports = {p["name"]: p["containerPort"] for p in extender["ports"]}
-    assert extender["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probe"}
+    # Liveness through the socket only the pod reaches: no connection flood to the probe port fails it.
+    assert extender["livenessProbe"]["exec"]["command"] == [
+        "python",
+        "-m",
+        "extender.alive",
+        "hugepage-extender-liveness",
+    ]
+    assert "--liveness-socket=hugepage-extender-liveness" in extender["args"]
     assert extender["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probe"}
     # Liveness waits for the first sync; the sidecar's kube-scheduler starts only after it.
     assert extender["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "probe"}

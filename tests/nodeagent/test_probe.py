@@ -462,3 +462,32 @@ def test_controller_off_processes_pages_of_an_untold_size_are_left_out(tmp_path:
     got = record(tmp_path)
     assert got["pageSizes"]["hugepages-2Mi"]["podPages"] == 0
     assert got["pageSizes"]["hugepages-2Mi"]["outsidePages"] == 64
+
+
+def test_controller_off_a_file_counts_once_whatever_its_names_or_mounts(tmp_path: Path) -> None:
+    """Issue 29: in a pod's hugetlbfs emptyDir, 410 hard links to one file holding one page made the
+    agent report 411 pod pages and 1 outside page where the truth was 1 and 411. Here one page in a
+    file with 410 more names, the emptyDir listed again at another pod's path (a bind mount shows the
+    same files): 1 page of the pods, the other 411 of the 412 committed outside them."""
+    pods = tmp_path / "kubelet" / "pods"
+    emptydir = pods / DPDK_UID / "volumes/kubernetes.io~empty-dir/hugepages"
+    emptydir.mkdir(parents=True)
+    (emptydir / "rtemap_0").write_bytes(b"x" * 4096)  # one page's worth of blocks (the test above)
+    for i in range(410):
+        os.link(emptydir / "rtemap_0", emptydir / f"link_{i}")
+    other = pods / VM_UID / "volumes/kubernetes.io~empty-dir/hugepages"
+    other.parent.mkdir(parents=True)
+    other.symlink_to(emptydir)  # what a bind mount of it shows: the same device and inodes
+    write_tree(
+        tmp_path,
+        {**pool_files(GLOBAL, 2048, nr=512, free=100, resv=0), "cgroup/cgroup.controllers": "cpu memory pids\n"},
+    )
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "mountinfo").write_text(
+        f"600 30 0:80 / {emptydir} rw - hugetlbfs nodev rw,pagesize=2M\n"
+        f"601 30 0:80 / {other} rw - hugetlbfs nodev rw,pagesize=2M\n"
+    )
+    got = record(tmp_path)
+    assert got["source"] == "hugetlbfs-emptydir"
+    assert got["pageSizes"]["hugepages-2Mi"]["podPages"] == 1
+    assert got["pageSizes"]["hugepages-2Mi"]["outsidePages"] == 411

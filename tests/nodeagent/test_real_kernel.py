@@ -270,3 +270,52 @@ def test_a_pod_taking_and_giving_back_pages_never_lowers_the_outside_pages(tmp_p
         print(f"\n{len(seen)} reads over {cycles} take-and-give-back cycles: {high} too high, {len(low)} too low")
         assert cycles > 10
         assert low == [], f"{len(low)} of {len(seen)} reads counted fewer outside pages than held: {sorted(low)[:10]}"
+
+
+@contextlib.contextmanager
+def mounted(source: str, target: Path, *options: str) -> Iterator[None]:
+    target.mkdir(parents=True)
+    try:
+        subprocess.run(["mount", *options, source, str(target)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+        pytest.skip(f"cannot mount {source} at {target}: {error}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(target)], check=False, capture_output=True)
+
+
+def test_a_hugetlbfs_file_counts_once_whatever_its_names_or_mounts(tmp_path: Path) -> None:
+    """Issue 29: in a pod's hugetlbfs emptyDir, 410 hard links to one file holding one page made the
+    agent report 411 pod pages (and the pages held outside pods disappear). On a real hugetlbfs
+    mounted as a pod's emptyDir, bind-mounted as another's too: one page, counted once."""
+    pods = tmp_path / "kubelet" / "pods"
+    emptydir = pods / "11111111-2222-4333-8444-555555555555" / "volumes/kubernetes.io~empty-dir/hp"
+    other = pods / "66666666-7777-4888-9999-aaaaaaaaaaaa" / "volumes/kubernetes.io~empty-dir/hp"
+    (tmp_path / "cgroup").mkdir()
+    (tmp_path / "cgroup" / "cgroup.controllers").write_text("cpu memory pids\n")  # no hugetlb: emptyDirs
+    (tmp_path / "proc").mkdir()  # no processes: the files alone
+    roots = Roots(cgroup=tmp_path / "cgroup", kubelet=tmp_path / "kubelet", proc=tmp_path / "proc")
+    with sized_pool(3) as added, mounted("none", emptydir, "-t", "hugetlbfs", "-o", "pagesize=2M"):
+        if added < 2:
+            pytest.skip(f"the kernel gave only {added} more 2 MiB pages")
+        outside = hold(1)  # a page held outside any pod
+        fd = os.open(emptydir / "rtemap_0", os.O_CREAT | os.O_RDWR)
+        try:
+            os.ftruncate(fd, PAGE)
+            with mmap.mmap(fd, PAGE) as page:
+                page[0] = 1  # the page is the file's now, mapped or not
+        finally:
+            os.close(fd)
+        one = read_record("node-a", roots).sizes[RESOURCE].figures
+        for i in range(410):
+            os.link(emptydir / "rtemap_0", emptydir / f"link_{i}")
+        with mounted(str(emptydir), other, "--bind"):
+            assert len(list(other.iterdir())) == 411
+            many = read_record("node-a", roots).sizes[RESOURCE].figures
+        outside.close()
+    assert one.pod_pages == 1, one
+    assert one.outside_pages is not None
+    assert one.outside_pages >= 1, one
+    assert many.pod_pages == 1, many  # 411 by names, 822 with the bind mount
+    assert many.outside_pages == one.outside_pages, (one, many)

@@ -549,6 +549,7 @@ args:
   - --port={{ int $.Values.ports.extender }}
   - --probe-host=0.0.0.0
   - --probe-port={{ int $.Values.ports.probe }}
+  - --liveness-socket=hugepage-extender-liveness
   - --shutdown-timeout={{ $.Values.extender.shutdownTimeoutSeconds }}
   - --drain-seconds={{ $.Values.extender.drainSeconds }}
   {{- if eq (include "hugepage-extender.bind" $) "true" }}
