@@ -12,7 +12,9 @@ PYTEST_ARGS ?=
 # KIND_E2E: auto runs the kind suite (e2e/kind/run.sh: real kubelets, real
 # hugepages) wherever a Docker engine answers or Debian's can be installed and
 # started (root), and reports it skipped, by name and reason, only where Docker
-# truly cannot run; 0 leaves it out.
+# truly cannot run, and never under CI=true (.ci/run): there that fails, saying
+# why; 0 leaves it out. Each run's JUnit report is in out/ (out/junit.xml,
+# out/kind-e2e/junit.xml): .ci/run prints every skip in them by name at the end.
 KIND_E2E ?= auto
 
 .PHONY: run test unit core chart lint tools bench kind-e2e soak
@@ -37,7 +39,7 @@ tools:
 	@e2e/promtool/build >/dev/null
 
 test: lint
-	E2E_TOOLS_BIN="$$(e2e/tools/build)" E2E_PROMTOOL="$$(e2e/promtool/build)/promtool" $(BIN)/pytest --ignore-glob='e2e/kind/*' $(PYTEST_ARGS)
+	E2E_TOOLS_BIN="$$(e2e/tools/build)" E2E_PROMTOOL="$$(e2e/promtool/build)/promtool" $(BIN)/pytest --ignore-glob='e2e/kind/*' --junitxml=out/junit.xml $(PYTEST_ARGS)
 	@if [ "$(KIND_E2E)" != 0 ]; then $(MAKE) --no-print-directory kind-e2e; fi
 
 kind-e2e: $(STAMP)
