@@ -60,21 +60,23 @@ def rendered(documents: Sequence[dict[str, Any]], kind: str, name_part: str) -> 
 
 def uninstall(plane: ControlPlane, release: str, namespace: str) -> None:
     """``helm uninstall``, then wait until the API server no longer applies the release's
-    MutatingAdmissionPolicy: it marks new pods cluster-wide (shadow by default), and the API server
-    drops a deleted policy a moment after the delete, so the other tests' pods could still be marked."""
+    MutatingAdmissionPolicy: it marks new pods of its scheduler (``hugepage-scheduler`` by default)
+    cluster-wide (shadow by default), and the API server drops a deleted policy a moment after the
+    delete, so the other tests' pods could still be marked."""
     helm(plane, "uninstall", release, "--namespace", namespace)
     probe = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": unique("marker-probe")},
         "spec": {
+            "schedulerName": "hugepage-scheduler",
             "containers": [
                 {
                     "name": "main",
                     "image": "registry.k8s.io/pause:3.10",
                     "resources": {"limits": {"hugepages-2Mi": "2Mi", "memory": "16Mi", "cpu": "10m"}},
                 }
-            ]
+            ],
         },
     }
 
