@@ -17,7 +17,18 @@ PYTEST_ARGS ?=
 # out/kind-e2e/junit.xml): .ci/run prints every skip in them by name at the end.
 KIND_E2E ?= auto
 
-.PHONY: run test unit core chart lint tools bench kind-e2e soak
+.PHONY: run test unit core chart lint tools bench kind-e2e soak image
+
+# The extender image (the node agent runs the same one), built offline from the Dockerfile as the
+# kind suite builds it (e2e/kind/images/build --extender-only: a debootstrapped Debian with
+# python3, wheels built on the host; nothing pulled from a registry), tagged as the chart's
+# default: IMAGE_REPOSITORY (values.yaml image.repository) : the chart's appVersion. Root and a
+# Docker engine (started, and stopped again, when none answers) as for the kind suite.
+APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/hugepage-extender/Chart.yaml)
+IMAGE_REPOSITORY ?= $(shell sed -n '/^image:/,/^[^ ]/s/^  repository: *//p' charts/hugepage-extender/values.yaml)
+IMAGE ?= $(IMAGE_REPOSITORY):$(APP_VERSION)
+image:
+	e2e/kind/images/build --extender-only $(IMAGE)
 
 $(STAMP):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
