@@ -6,17 +6,20 @@ kind suite's; this is what can be checked everywhere.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
+from typing import Any
 
 import pytest
 import yaml
 
 from .chartlib import CHART, ROOT, Helm
 
-DOCS = [ROOT / "README.md", ROOT / "docs" / "install.md"]
+DOCS = [ROOT / "README.md", ROOT / "docs" / "install.md", ROOT / "docs" / "runbooks.md"]
 MARKED = re.compile(r"<!-- run:[^>]*-->\n```sh\n(.*?)```", re.DOTALL)
 KINDS = {"deployment": "Deployment", "daemonset": "DaemonSet"}
+PRIVILEGED = "pod-security.kubernetes.io/enforce=privileged"
 
 
 def marked_blocks() -> list[tuple[str, int, str]]:
@@ -39,48 +42,73 @@ def test_the_docs_mark_their_install_blocks() -> None:
     assert ("install.md", 1) in where
 
 
+@dataclasses.dataclass
+class Block:
+    """What a block runs: its install (the default one's release and namespace when it has none)."""
+
+    release: str = "hugepage-extender"
+    namespace: str = "hugepage-extender"
+    installs: int = 0
+    sets: list[str] = dataclasses.field(default_factory=list)
+    created: set[str] = dataclasses.field(default_factory=set)
+    labelled: set[str] = dataclasses.field(default_factory=set)
+    leases: set[str] = dataclasses.field(default_factory=set)
+    rollouts: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
+    uncreated: set[str] = dataclasses.field(default_factory=set)
+
+    def read(self, words: list[str]) -> None:
+        if words[:3] == ["kubectl", "create", "namespace"]:
+            self.created.add(words[3])
+        if words[:3] == ["kubectl", "label", "namespace"] and PRIVILEGED in words:
+            self.labelled.add(words[3])
+        if "lease" in words:  # also inside $(...)
+            self.leases.add(words[words.index("lease") + 1])
+        if "rollout" in words:
+            kind, name = words[words.index("status") + 1].split("/")
+            self.rollouts.add((KINDS[kind], name, words[words.index("-n") + 1]))
+        if words[:2] in (["helm", "install"], ["helm", "upgrade"]):
+            self.release, chart = words[2], words[3]
+            assert (ROOT / chart).resolve() == CHART, f"chart {chart}"
+            self.installs += 1
+            flag = "--namespace" if "--namespace" in words else "-n"
+            self.namespace = words[words.index(flag) + 1]
+            self.sets += [words[i + 1] for i, word in enumerate(words) if word == "--set"]
+            if "--create-namespace" not in words and self.namespace not in self.created:
+                self.uncreated.add(self.namespace)
+
+
+def needs_privileged(rendered: list[dict[str, Any]]) -> set[str]:
+    """Namespaces of pods on the host network or with host paths (the node agent, the own-mode
+    DaemonSet): Pod Security allows them only at the privileged level."""
+    found = set()
+    for d in rendered:
+        if d["kind"] in ("DaemonSet", "Deployment"):
+            pod = d["spec"]["template"]["spec"]
+            if pod.get("hostNetwork") or any("hostPath" in v for v in pod.get("volumes", [])):
+                found.add(d["metadata"]["namespace"])
+    return found
+
+
 @pytest.mark.parametrize(("doc", "line", "block"), marked_blocks(), ids=lambda v: str(v)[:20])
 def test_a_marked_block_names_only_what_its_install_renders(helm: Helm, doc: str, line: int, block: str) -> None:
     app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
     for tag in re.findall(r"hugepage-extender:([0-9][^\s]*)", block):
         assert tag == app_version, f"{doc}:{line} names image tag {tag}, the chart's appVersion is {app_version}"
-    created: set[str] = set()
-    labelled: set[str] = set()
-    release = namespace = ""
-    sets: list[str] = []
+    runs = Block()
     for words in commands(block):
-        if words[:2] == ["kubectl", "create"] and words[2] == "namespace":
-            created.add(words[3])
-        if (
-            words[:3] == ["kubectl", "label", "namespace"]
-            and words[4] == "pod-security.kubernetes.io/enforce=privileged"
-        ):
-            labelled.add(words[3])
-        if words[:2] in (["helm", "install"], ["helm", "upgrade"]):
-            release, chart = words[2], words[3]
-            assert (ROOT / chart).resolve() == CHART, f"{doc}:{line}: chart {chart}"
-            namespace = (
-                words[words.index("--namespace") + 1] if "--namespace" in words else words[words.index("-n") + 1]
-            )
-            sets += [words[i + 1] for i, word in enumerate(words) if word == "--set"]
-            if "--create-namespace" not in words:
-                assert namespace in created, f"{doc}:{line}: {namespace} is never created"
-    assert release, f"{doc}:{line}: no helm install in the block"
-    args = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", "v1.37.2"]
-    for value in sets:
+        runs.read(words)
+    assert not runs.uncreated, f"{doc}:{line}: namespaces never created: {runs.uncreated}"
+    args = ["template", runs.release, str(CHART), "--namespace", runs.namespace, "--kube-version", "v1.37.2"]
+    for value in runs.sets:
         args += ["--set", value]
     rendered = [d for d in yaml.safe_load_all(helm.run(*args)) if d]
-    objects = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", namespace)) for d in rendered}
-    for words in commands(block):
-        if words[0] == "kubectl" and "rollout" in words:
-            kind, name = words[words.index("status") + 1].split("/")
-            where = words[words.index("-n") + 1]
-            assert (KINDS[kind], name, where) in objects, f"{doc}:{line}: {kind}/{name} in {where} is not rendered"
-    # Pods on the host network or with host paths (the node agent, the own-mode DaemonSet) need the
-    # privileged level: the block labels the namespaces they run in.
-    for d in rendered:
-        if d["kind"] in ("DaemonSet", "Deployment"):
-            pod = d["spec"]["template"]["spec"]
-            host = pod.get("hostNetwork") or any("hostPath" in v for v in pod.get("volumes", []))
-            if host:
-                assert d["metadata"]["namespace"] in labelled, f"{doc}:{line}: {d['metadata']['name']} needs privileged"
+    objects = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", runs.namespace)) for d in rendered}
+    assert runs.rollouts <= objects, f"{doc}:{line}: not rendered: {runs.rollouts - objects}"
+    leases = {
+        yaml.safe_load(d["data"]["scheduler-config.yaml"]).get("leaderElection", {}).get("resourceName")
+        for d in rendered
+        if d["kind"] == "ConfigMap" and "scheduler-config.yaml" in d["data"]
+    }
+    assert runs.leases <= leases, f"{doc}:{line}: leases {runs.leases}; the scheduler's is {leases}"
+    if runs.installs:
+        assert needs_privileged(rendered) <= runs.labelled, f"{doc}:{line}: labels {runs.labelled} only"
