@@ -55,6 +55,23 @@ def test_under_ci_the_kind_suite_fails_where_docker_cannot_run_and_says_why(with
     assert "SKIPPED" not in result.stderr + result.stdout
 
 
+def test_make_kind_e2e_as_ci_runs_it_fails_and_says_why(without_docker: dict[str, str]) -> None:
+    """The target `make test` (and so .ci/run) calls, with --if-possible, under CI=true."""
+    result = subprocess.run(
+        ["make", "--no-print-directory", "kind-e2e"],
+        env={**without_docker, "CI": "true"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "e2e/kind/run.sh --if-possible" in result.stdout
+    assert "the kind e2e suite cannot run here: no Docker engine answers" in result.stderr
+    assert "never skipped in CI" in result.stderr
+
+
 def test_outside_ci_it_is_reported_skipped_by_name(without_docker: dict[str, str], tmp_path: Path) -> None:
     result = run(without_docker)
     assert result.returncode == 0, result.stdout + result.stderr
