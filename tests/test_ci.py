@@ -30,7 +30,11 @@ def without_docker(tmp_path: Path) -> dict[str, str]:
             target = bin_dir / command.name
             if command.name not in NO_DOCKER and not target.exists():
                 target.symlink_to(command)
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "KIND_E2E_SKIP_REASON")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CI", "KIND_E2E_SKIP_REASON", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")  # also under make unit
+    }
     env.update(
         PATH=str(bin_dir),
         DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock",
