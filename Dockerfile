@@ -3,7 +3,8 @@
 # pinned by requirements/constraints.txt, running as uid 65532 on a read-only
 # root filesystem (nothing is written at run time).
 #
-#   docker build -t ghcr.io/hugepage-extender/hugepage-extender:0.1.0 .
+#   make image    # offline, as the kind suite builds it, tagged as the chart's default
+#   docker build -t ghcr.io/hugepage-extender/hugepage-extender:<appVersion> .  # with network access
 #
 # Build arguments (both optional):
 #   PYTHON_IMAGE         the base image (default: the official Python 3.11 image,

@@ -12,10 +12,23 @@ PYTEST_ARGS ?=
 # KIND_E2E: auto runs the kind suite (e2e/kind/run.sh: real kubelets, real
 # hugepages) wherever a Docker engine answers or Debian's can be installed and
 # started (root), and reports it skipped, by name and reason, only where Docker
-# truly cannot run; 0 leaves it out.
+# truly cannot run, and never under CI=true (.ci/run): there that fails, saying
+# why; 0 leaves it out. Each run's JUnit report is in out/ (out/junit.xml,
+# out/kind-e2e/junit.xml): .ci/run prints every skip in them by name at the end.
 KIND_E2E ?= auto
 
-.PHONY: run test unit core chart lint tools bench kind-e2e soak
+.PHONY: run test unit core chart lint tools bench kind-e2e soak image
+
+# The extender image (the node agent runs the same one), built offline from the Dockerfile as the
+# kind suite builds it (e2e/kind/images/build --extender-only: a debootstrapped Debian with
+# python3, wheels built on the host; nothing pulled from a registry), tagged as the chart's
+# default: IMAGE_REPOSITORY (values.yaml image.repository) : the chart's appVersion. Root and a
+# Docker engine (started, and stopped again, when none answers) as for the kind suite.
+APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/hugepage-extender/Chart.yaml)
+IMAGE_REPOSITORY ?= $(shell sed -n '/^image:/,/^[^ ]/s/^  repository: *//p' charts/hugepage-extender/values.yaml)
+IMAGE ?= $(IMAGE_REPOSITORY):$(APP_VERSION)
+image:
+	e2e/kind/images/build --extender-only $(IMAGE)
 
 $(STAMP):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,7 +50,7 @@ tools:
 	@e2e/promtool/build >/dev/null
 
 test: lint
-	E2E_TOOLS_BIN="$$(e2e/tools/build)" E2E_PROMTOOL="$$(e2e/promtool/build)/promtool" $(BIN)/pytest --ignore-glob='e2e/kind/*' $(PYTEST_ARGS)
+	E2E_TOOLS_BIN="$$(e2e/tools/build)" E2E_PROMTOOL="$$(e2e/promtool/build)/promtool" $(BIN)/pytest --ignore-glob='e2e/kind/*' --junitxml=out/junit.xml $(PYTEST_ARGS)
 	@if [ "$(KIND_E2E)" != 0 ]; then $(MAKE) --no-print-directory kind-e2e; fi
 
 kind-e2e: $(STAMP)

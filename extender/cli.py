@@ -49,6 +49,14 @@ def _exempt_namespaces(args: argparse.Namespace) -> frozenset[str]:
     return frozenset(n for n in (args.extender_namespace,) if n)
 
 
+# Said once at start, and by hugepage_extender_nudge_pod 0 (docs/design.md, "Requeue").
+NO_NUDGE_POD = (
+    "no pod to annotate when room frees (--nudge-pod empty, no $POD_NAMESPACE/$POD_NAME): pods the extender "
+    "turns away wait for an API event or the scheduler's 5-minute flush; set --nudge-pod NAMESPACE/NAME "
+    "(a pod the extender's identity may patch), or run in a pod with the downward-API variables"
+)
+
+
 def _own_pod() -> str:
     """``$POD_NAMESPACE/$POD_NAME`` (the downward API), or "" outside a pod."""
     namespace, name = os.environ.get("POD_NAMESPACE", ""), os.environ.get("POD_NAME", "")
@@ -123,6 +131,9 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
     if args.nudge_pod:
         namespace, name = split_pod_name(args.nudge_pod)
         nudger = PodNudger(api, namespace, name)
+    else:
+        log.warning(NO_NUDGE_POD)
+    metrics.nudge_pod.set(1 if nudger is not None else 0)
     extender = Extender(config, state, metrics, binder=binder, events=events, verify_holds=True, nudger=nudger)
     informer.start(asyncio.get_running_loop())
     metrics.watch_reflectors(informer.reflectors)

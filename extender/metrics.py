@@ -186,6 +186,12 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.nudge_pod = Gauge(
+            "hugepage_extender_nudge_pod",
+            "1 when the extender has a pod to annotate when room frees (--nudge-pod); 0: pods it turned away wait"
+            " for an API event or the scheduler's 5-minute flush.",
+            registry=r,
+        )
         self.window_retries = Counter(
             "hugepage_extender_window_retries",
             "Filter calls answered with an Error because every node the scheduler sent was turned away while"

@@ -12,6 +12,9 @@
   which then calls a running extender.
 - The extender runs with the chart's ConfigMap as its config file, and the
   per-namespace flags take effect.
+- Bystanders (a default-scheduler hugepage pod, a third scheduler's, plain pods) in
+  enforcing, shadow and off namespaces get no marker and are placed as without the
+  chart, in both modes, installed, after a namespace flips, and after the uninstall.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ import pytest
 import yaml
 from kubernetes import client
 
-from e2e.controlplane import ControlPlane, Scheduler, Service, wait_until
+from e2e.controlplane import ControlPlane, Scheduler, Service, pod_manifest, wait_until
 
 pytestmark = pytest.mark.cluster
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "hugepage-extender"
+ENFORCE, SHADOW = "hugepage-extender.io/enforce", "hugepage-extender.io/shadow"
 StartScheduler = Callable[..., Scheduler]
 StartExtender = Callable[..., Service]
 
@@ -60,21 +64,23 @@ def rendered(documents: Sequence[dict[str, Any]], kind: str, name_part: str) -> 
 
 def uninstall(plane: ControlPlane, release: str, namespace: str) -> None:
     """``helm uninstall``, then wait until the API server no longer applies the release's
-    MutatingAdmissionPolicy: it marks new pods cluster-wide (shadow by default), and the API server
-    drops a deleted policy a moment after the delete, so the other tests' pods could still be marked."""
+    MutatingAdmissionPolicy: it marks new pods of its scheduler (``hugepage-scheduler`` by default)
+    cluster-wide (shadow by default), and the API server drops a deleted policy a moment after the
+    delete, so the other tests' pods could still be marked."""
     helm(plane, "uninstall", release, "--namespace", namespace)
     probe = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": unique("marker-probe")},
         "spec": {
+            "schedulerName": "hugepage-scheduler",
             "containers": [
                 {
                     "name": "main",
                     "image": "registry.k8s.io/pause:3.10",
                     "resources": {"limits": {"hugepages-2Mi": "2Mi", "memory": "16Mi", "cpu": "10m"}},
                 }
-            ]
+            ],
         },
     }
 
@@ -410,3 +416,67 @@ def test_upgrade_from_the_service_topology_moves_the_extender_beside_the_schedul
         # The new chart's MutatingAdmissionPolicy marks new pods cluster-wide: gone with the
         # release, so a failure here leaves the other tests' pods unmarked.
         uninstall(control_plane, release, namespace)
+
+
+def served_markers(plane: ControlPlane, namespace: str, scheduler_name: str) -> set[str]:
+    """The markers a new hugepage pod of ``scheduler_name`` would get now (created with dry run)."""
+    probe = pod_manifest(unique("probe"), scheduler_name=scheduler_name, hugepages_2mi="2Mi")
+    made = plane.core.create_namespaced_pod(namespace, client.V1Pod.model_validate(probe), dry_run="All")
+    limits = (
+        made.spec.containers[0].resources.limits if made.spec and made.spec.containers[0].resources else None
+    ) or {}
+    return {name for name in limits if name.startswith("hugepage-extender.io/")}
+
+
+@pytest.mark.parametrize("mode", ["secondary", "own"])
+def test_bystanders_are_placed_as_without_the_chart_through_upgrade_and_uninstall(
+    control_plane: ControlPlane, default_scheduler: Scheduler, test_label: tuple[str, str], mode: str
+) -> None:
+    """Installed for real (helm install, upgrade, uninstall) beside a running default kube-scheduler:
+    a hugepage pod of the default scheduler (own mode: the cluster scheduler's profile is another
+    name here), one of a third scheduler, and a plain pod, in an enforcing, a shadow and an off
+    namespace, get no marker and the default scheduler binds its own, installed, after a namespace
+    flipped to enforce, and after the uninstall; meanwhile the served profile's pods are marked."""
+    enforced, shadowed, switched_off = unique("by-enforce"), unique("by-shadow"), unique("by-off")
+    for namespace in (enforced, shadowed, switched_off):
+        control_plane.create_namespace(namespace)
+    served = "hugepage-scheduler" if mode == "secondary" else unique("cluster-profile")
+    settings = [f"config.namespaces.{enforced}.mode=enforce", f"config.namespaces.{switched_off}.mode=off"]
+    if mode == "own":
+        settings += ["scheduler.mode=own", "scheduler.own.active=true", f"scheduler.own.schedulerNames={{{served}}}"]
+    sets = [arg for value in settings for arg in ("--set", value)]
+    key, value = test_label
+    node = unique("bystander-node")
+    control_plane.create_node(node, hugepages_2mi="2Gi", labels={key: value})
+    namespace, release = unique("hx-by"), unique("hx")
+
+    def bystanders(phase: str) -> None:
+        for where in (enforced, shadowed, switched_off):
+            control_plane.create_pod(where, f"dpdk-{phase}", hugepages_2mi="64Mi", node_selector={key: value})
+            control_plane.create_pod(where, f"third-{phase}", scheduler_name="third-scheduler", hugepages_2mi="64Mi")
+            control_plane.create_pod(where, f"plain-{phase}", node_selector={key: value})
+            for name in (f"dpdk-{phase}", f"third-{phase}", f"plain-{phase}"):
+                pod = control_plane.core.read_namespaced_pod(name, where)
+                resources = pod.spec.containers[0].resources if pod.spec else None
+                limits = (resources.limits if resources else None) or {}
+                assert not [k for k in limits if k.startswith("hugepage-extender.io/")], f"{phase}: {where}/{name}"
+            for name in (f"dpdk-{phase}", f"plain-{phase}"):
+                assert control_plane.wait_for_pod_bound(where, name, timeout=60) == node, f"{phase}: {where}/{name}"
+
+    helm(control_plane, "install", release, str(CHART), "--namespace", namespace, "--create-namespace", *sets)
+    try:
+        wait_until(
+            "the marker policy", lambda: served_markers(control_plane, enforced, served) == {ENFORCE}, timeout=60
+        )
+        assert served_markers(control_plane, shadowed, served) == {SHADOW}
+        assert served_markers(control_plane, switched_off, served) == set()
+        bystanders("installed")
+
+        flip = ["--reuse-values", "--set", f"config.namespaces.{shadowed}.mode=enforce"]
+        helm(control_plane, "upgrade", release, str(CHART), "--namespace", namespace, *flip)
+        wait_until("the flip", lambda: served_markers(control_plane, shadowed, served) == {ENFORCE}, timeout=60)
+        bystanders("upgraded")
+    finally:
+        uninstall(control_plane, release, namespace)
+    wait_until("the policy gone", lambda: not served_markers(control_plane, enforced, served), timeout=60)
+    bystanders("uninstalled")

@@ -10,6 +10,8 @@ ValidatingAdmissionPolicy lets the extender's identity annotate its own pod and 
 
 from __future__ import annotations
 
+import functools
+import re
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,7 +26,7 @@ from kubernetes.dynamic import DynamicClient
 
 from e2e.cluster.placement_support import assert_stays_pending, wait_for_event
 from e2e.cluster.test_node_agent import token_client
-from e2e.controlplane import ControlPlane, free_port, node_manifest, wait_until
+from e2e.controlplane import ControlPlane, free_port, node_manifest, pod_manifest, wait_until
 from extender.kube.nudge import NUDGE_ANNOTATION
 
 pytestmark = pytest.mark.cluster
@@ -59,6 +61,7 @@ def applied(control_plane: ControlPlane) -> Iterator[Callable[[list[dict[str, An
     chart's admission policies never outlive it on the shared control plane."""
     dynamic = DynamicClient(control_plane.api_client)  # type: ignore[no-untyped-call]
     made: list[tuple[Any, str, str | None]] = []
+    policies: list[dict[str, Any]] = []
 
     def apply(documents: list[dict[str, Any]]) -> None:
         for doc in documents:
@@ -66,12 +69,38 @@ def applied(control_plane: ControlPlane) -> Iterator[Callable[[list[dict[str, An
             namespace = doc["metadata"].get("namespace")
             resource.create(body=doc, namespace=namespace)
             made.append((resource, doc["metadata"]["name"], namespace))
+            if doc["kind"] == "MutatingAdmissionPolicy":
+                policies.append(doc)
 
     try:
         yield apply
     finally:
         for resource, name, namespace in reversed(made):
             resource.delete(name=name, namespace=namespace)
+        # The API server drops a deleted policy a moment later: until then it would still mark the
+        # next test's pods of the schedulers it names.
+        for condition in [c for p in policies for c in p["spec"]["matchConditions"]]:
+            if condition["name"] == "a-pod-of-the-extenders-schedulers":
+                for scheduler_name in re.findall(r"'([^']+)'", condition["expression"].rsplit(" in ", 1)[1]):
+                    wait_until(
+                        f"the marker policy to be gone for {scheduler_name}",
+                        functools.partial(unmarked, control_plane, scheduler_name),
+                        timeout=60,
+                        interval=0.5,
+                    )
+
+
+def unmarked(plane: ControlPlane, scheduler_name: str) -> bool:
+    return not dry_run_markers(plane, "default", scheduler_name)
+
+
+def dry_run_markers(plane: ControlPlane, namespace: str, scheduler_name: str) -> set[str]:
+    """The markers a new hugepage pod of ``scheduler_name`` would get (created with dry run)."""
+    probe = pod_manifest(unique("probe"), scheduler_name=scheduler_name, hugepages_2mi="2Mi")
+    made = plane.core.create_namespaced_pod(namespace, client.V1Pod.model_validate(probe), dry_run="All")
+    assert made.spec is not None
+    limits = (made.spec.containers[0].resources.limits if made.spec.containers[0].resources else None) or {}
+    return {key for key in limits if key in (ENFORCE_MARKER, SHADOW_MARKER)}
 
 
 def markers(plane: ControlPlane, namespace: str, name: str) -> set[str]:
@@ -94,8 +123,17 @@ def test_the_extender_unreachable_enforce_pods_wait_and_shadow_and_off_pods_are_
     for namespace in (release_namespace, enforced, shadowed, switched_off):
         control_plane.create_namespace(namespace)
     unreachable = f"http://127.0.0.1:{free_port()}"  # nothing listens
+    # The policy marks pods of the extender's schedulers only: here a profile of this test's own.
+    scheduler_name = unique("hp")
+    profile = (
+        [f"scheduler.schedulerName={scheduler_name}"]
+        if mode == "secondary"
+        # Own mode marks nothing until the operator says the cluster's scheduler runs the config.
+        else ["scheduler.own.active=true", f"scheduler.own.schedulerNames={{{scheduler_name}}}"]
+    )
     settings = [
         f"scheduler.mode={mode}",
+        *profile,
         f"scheduler.extender.urlPrefix={unreachable}",
         "tls.enabled=false",
         "tls.clientAuth.enabled=false",
@@ -118,9 +156,10 @@ def test_the_extender_unreachable_enforce_pods_wait_and_shadow_and_off_pods_are_
         {
             "metadata": {"name": "probe"},
             "spec": {
+                "schedulerName": scheduler_name,
                 "containers": [
                     {"name": "c", "image": "x", "resources": {"limits": {"hugepages-2Mi": "2Mi", "memory": "64Mi"}}}
-                ]
+                ],
             },
         }
     )
@@ -137,15 +176,11 @@ def test_the_extender_unreachable_enforce_pods_wait_and_shadow_and_off_pods_are_
     scheduler_config = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
     enforce_entry, shadow_entry = scheduler_config["extenders"]
     assert (enforce_entry["ignorable"], shadow_entry["ignorable"]) == (False, True)
-    scheduler_name = unique("hp")
+    assert [p["schedulerName"] for p in scheduler_config["profiles"]] == [scheduler_name]
     if mode == "own":
-        # The file for the cluster's own scheduler; here under a profile name of its own, so it
-        # schedules this test's pods only, and with this control plane's kubeconfig.
-        assert "profiles" not in scheduler_config
-        scheduler_config["profiles"] = [{"schedulerName": scheduler_name, "percentageOfNodesToScore": 100}]
+        # The file for the cluster's own scheduler, with this control plane's kubeconfig.
         scheduler_config["clientConnection"] = {}
     else:
-        scheduler_config["profiles"][0]["schedulerName"] = scheduler_name
         scheduler_config.pop("leaderElection", None)
     scheduler_config.update({"podInitialBackoffSeconds": 1, "podMaxBackoffSeconds": 2})
     start_scheduler(scheduler_config, name=scheduler_name)
@@ -237,3 +272,150 @@ def test_the_nudge_may_annotate_the_extenders_own_pod_and_nothing_else(
     except ApiException as error:
         deleted = int(error.status)
     assert deleted == 403
+
+
+def resource_keys(pod: client.V1Pod) -> tuple[set[str], set[str]]:
+    """The marker keys of every container's requests and of its limits."""
+    assert pod.spec is not None
+    requests: set[str] = set()
+    limits: set[str] = set()
+    for container in [*pod.spec.containers, *(pod.spec.init_containers or [])]:
+        resources = container.resources
+        requests |= (
+            {k for k in (resources.requests or {}) if k in (ENFORCE_MARKER, SHADOW_MARKER)} if resources else set()
+        )
+        limits |= {k for k in (resources.limits or {}) if k in (ENFORCE_MARKER, SHADOW_MARKER)} if resources else set()
+    return requests, limits
+
+
+def test_the_default_render_marks_only_pods_its_scheduler_serves_and_no_tenant_opts_out(
+    control_plane: ControlPlane,
+    applied: Callable[[list[dict[str, Any]]], None],
+    default_scheduler: Any,
+    start_scheduler: Callable[..., Any],
+    test_label: tuple[str, str],
+) -> None:
+    """The chart's default values (the secondary scheduler, shadow everywhere) plus an enforcing
+    namespace and a VM namespace, applied to a cluster whose default kube-scheduler runs: a hugepage
+    pod of the default scheduler, or of a third one, is left alone and the default one binds it; a
+    pod of the chart's scheduler arriving with the shadow marker in the enforcing namespace ends with
+    the enforce marker only (and waits while the extender cannot answer), one arriving with enforce
+    in a shadow namespace ends with shadow (and is placed); a plain pod of the VM namespace that
+    names another runtime class gets no marker, one of the VM runtime class does."""
+    release_namespace, enforced, shadowed, vms = unique("hx"), unique("enforce"), unique("shadow"), unique("vms")
+    for namespace in (release_namespace, enforced, shadowed, vms):
+        control_plane.create_namespace(namespace)
+    node_api = client.NodeV1Api(control_plane.api_client)
+    vm_runtime, other_runtime = unique("kata"), unique("runc")
+    for runtime in (vm_runtime, other_runtime):
+        node_api.create_runtime_class(
+            client.V1RuntimeClass.model_validate({"metadata": {"name": runtime}, "handler": "runc"})
+        )
+    documents = helm_template(
+        control_plane,
+        unique("hx"),
+        release_namespace,
+        f"config.namespaces.{enforced}.mode=enforce",
+        f"config.namespaces.{vms}.mode=enforce",
+        f"config.namespaces.{vms}.needFromMemory=true",
+        f"config.namespaces.{vms}.needFromMemoryRuntimeClass={vm_runtime}",
+    )
+    policies = one(documents, "MutatingAdmissionPolicy") + one(documents, "MutatingAdmissionPolicyBinding")
+    assert len(policies) == 2
+    config_map = next(d for d in one(documents, "ConfigMap") if d["metadata"]["name"].endswith("-scheduler"))
+    scheduler_config = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
+    (profile,) = scheduler_config["profiles"]
+    chart_scheduler = profile["schedulerName"]
+    assert chart_scheduler == "hugepage-scheduler"  # the default
+    try:
+        applied(policies)
+        wait_until(
+            "the MutatingAdmissionPolicy to mark pods",
+            lambda: bool(dry_run_markers(control_plane, enforced, chart_scheduler)),
+            timeout=60,
+        )
+
+        # The chart's scheduler, its extender unreachable, on this test's node only.
+        for entry in scheduler_config["extenders"]:
+            entry["urlPrefix"] = f"http://127.0.0.1:{free_port()}"
+        scheduler_config.pop("leaderElection", None)
+        scheduler_config.update({"podInitialBackoffSeconds": 1, "podMaxBackoffSeconds": 2})
+        start_scheduler(scheduler_config, name=unique("chart-scheduler"))
+        key, value = test_label
+        node = unique("bystander-node")
+        control_plane.create_node(node, hugepages_2mi="2Gi", labels={key: value})
+        on_node = {"node_selector": {key: value}, "hugepages_2mi": "128Mi"}
+
+        # Bystanders: the default scheduler's hugepage pods (a DPDK DaemonSet's, a database's) and a
+        # third scheduler's are not touched, in the enforcing namespace and in a shadow one.
+        for namespace in (enforced, shadowed):
+            control_plane.create_pod(namespace, "dpdk", **on_node)
+            control_plane.create_pod(namespace, "third", scheduler_name="third-scheduler", **on_node)
+            for name in ("dpdk", "third"):
+                assert resource_keys(control_plane.core.read_namespaced_pod(name, namespace)) == (set(), set())
+            assert control_plane.wait_for_pod_bound(namespace, "dpdk", timeout=60) == node
+
+        # No opt-out: the namespace's mode decides, whatever marker the pod arrived with.
+        control_plane.create_pod(
+            enforced, "tenant", scheduler_name=chart_scheduler, extended={SHADOW_MARKER: "1"}, **on_node
+        )
+        control_plane.create_pod(
+            shadowed, "tenant", scheduler_name=chart_scheduler, extended={ENFORCE_MARKER: "1"}, **on_node
+        )
+        tenant_enforced = control_plane.core.read_namespaced_pod("tenant", enforced)
+        assert resource_keys(tenant_enforced) == ({ENFORCE_MARKER}, {ENFORCE_MARKER})
+        assert resource_keys(control_plane.core.read_namespaced_pod("tenant", shadowed)) == (
+            {SHADOW_MARKER},
+            {SHADOW_MARKER},
+        )
+        # Routed accordingly: the shadow one is placed without the extender; the enforce one waits for it.
+        assert control_plane.wait_for_pod_bound(shadowed, "tenant", timeout=60) == node
+        wait_for_event(control_plane.core, enforced, "tenant", "FailedScheduling", contains="/filter")
+        assert_stays_pending(control_plane.core, enforced, ["tenant"], 3)
+
+        # needFromMemoryRuntimeClass: only the VM runtime's pods need pages for their memory.
+        for name, runtime in (("plain", ""), ("other-runtime", other_runtime), ("vm", vm_runtime)):
+            body = pod_manifest(name, scheduler_name=chart_scheduler, memory="256Mi")
+            if runtime:
+                body["spec"]["runtimeClassName"] = runtime
+            made = control_plane.core.create_namespaced_pod(vms, client.V1Pod.model_validate(body), dry_run="All")
+            expected = {ENFORCE_MARKER} if runtime == vm_runtime else set()
+            assert resource_keys(made) == (expected, expected), name
+    finally:
+        for runtime in (vm_runtime, other_runtime):
+            node_api.delete_runtime_class(runtime)
+
+
+def test_an_autoscalers_simulation_counts_the_marker_unless_its_profile_ignores_the_group(
+    control_plane: ControlPlane, start_scheduler: Callable[..., Any], test_label: tuple[str, str]
+) -> None:
+    """Cluster Autoscaler simulates scheduling with the in-tree plugins of the one profile of its
+    --scheduler-config-file (no extenders: the extenders' ignoredByScheduler never reaches its
+    NodeResourcesFit), so a marked pod fits no node it could add. A kube-scheduler without the
+    extenders entries stands in for that simulation here: it leaves a marked pod Pending for the
+    marker; with NodeResourcesFit ignoredResourceGroups [hugepage-extender.io] in its profile (what
+    docs/install.md tells operators to give the autoscaler) it places it."""
+    plain, ignoring = unique("as-plain"), unique("as-ignoring")
+    start_scheduler({"profiles": [{"schedulerName": plain}]}, name=plain)
+    fit_args = {"ignoredResourceGroups": ["hugepage-extender.io"]}
+    profile = {"schedulerName": ignoring, "pluginConfig": [{"name": "NodeResourcesFit", "args": fit_args}]}
+    start_scheduler({"profiles": [profile]}, name=ignoring)
+    namespace = unique("autoscaler")
+    control_plane.create_namespace(namespace)
+    key, value = test_label
+    node = unique("as-node")
+    control_plane.create_node(node, hugepages_2mi="2Gi", labels={key: value})
+    for name, scheduler_name in (("plain", plain), ("ignoring", ignoring)):
+        control_plane.create_pod(
+            namespace,
+            name,
+            scheduler_name=scheduler_name,
+            hugepages_2mi="256Mi",
+            node_selector={key: value},
+            extended={ENFORCE_MARKER: "1"},
+        )
+    assert control_plane.wait_for_pod_bound(namespace, "ignoring", timeout=60) == node
+    wait_for_event(
+        control_plane.core, namespace, "plain", "FailedScheduling", contains=f"Insufficient {ENFORCE_MARKER}"
+    )
+    assert_stays_pending(control_plane.core, namespace, ["plain"], 3)

@@ -6,6 +6,8 @@ error loop (docs/design.md, "Preemption"), on the real kube-scheduler.
   pages back (the scheduler does not watch these records): the pod is bound within 10 s.
 - A hold that times out (its pod never bound) frees its pages on the extender's timer: the pod it
   kept out is bound within 10 s. Without the nudge it is still Pending well after.
+- Run with no pod to annotate (outside a pod, no --nudge-pod), the extender says so at start in
+  one WARNING line and in ``hugepage_extender_nudge_pod`` 0 (the requeue after room frees is lost).
 - With priority classes: a higher-priority pod only the extender turns away stays Pending with its
   reason, and the scheduler logs no error about victims; one whose hugepage *request* exceeds what
   is left still preempts a lower-priority pod through the in-tree plugins.
@@ -14,6 +16,7 @@ error loop (docs/design.md, "Preemption"), on the real kube-scheduler.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 import uuid
@@ -248,3 +251,26 @@ def test_a_burst_cut_by_an_apiserver_restart_strands_no_pod_that_fits(cell: Cell
     assert took < 30
     for node, (used, pool) in pool_usage(cell.plane, nodes, {cell.namespace: False}).items():
         assert used <= pool, f"{node}: pods hold {used} bytes of hugepages, its pool offers {pool}"
+
+
+def test_serve_with_no_pod_to_annotate_says_so_at_start_and_in_a_metric(
+    control_plane: ControlPlane, start_extender: Any, namespace: str
+) -> None:
+    """Outside a pod (no $POD_NAMESPACE/$POD_NAME) and without --nudge-pod, the requeue after room
+    frees is lost: one WARNING at start, and the metric 0; with a pod to annotate, neither."""
+    env = {k: v for k, v in os.environ.items() if k not in ("POD_NAME", "POD_NAMESPACE")}
+    kubeconfig = ["--kubeconfig", str(control_plane.kubeconfig)]
+    alone = start_extender(kubeconfig, name=f"no-nudge-{uuid.uuid4().hex[:6]}", env=env, ready_path="/readyz")
+    warned = [line for line in alone.process.log_path.read_text().splitlines() if "no pod to annotate" in line]
+    assert len(warned) == 1, warned
+    assert " WARNING " in warned[0]
+    assert "5-minute flush" in warned[0]
+    assert metric_value(alone, "hugepage_extender_nudge_pod") == 0
+    nudging = start_extender(
+        [*kubeconfig, "--nudge-pod", f"{namespace}/extender"],
+        name=f"nudge-{uuid.uuid4().hex[:6]}",
+        env=env,
+        ready_path="/readyz",
+    )
+    assert "no pod to annotate" not in nudging.process.log_path.read_text()
+    assert metric_value(nudging, "hugepage_extender_nudge_pod") == 1

@@ -118,6 +118,7 @@ class Phase:
     # to fail), so only these compare.
     fit_latencies: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     faults: list[str] = dataclasses.field(default_factory=list)
+    faults_not_applied: list[str] = dataclasses.field(default_factory=list)  # the fault, and why not
     host_vms: int = 0
     timeline: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     resources: list[dict[str, float]] = dataclasses.field(default_factory=list)
@@ -132,6 +133,18 @@ class Phase:
     @property
     def stranded(self) -> int:
         return len(self.strandings)
+
+    def unproven(self, *, host_vms: bool = True) -> list[str]:
+        """What the phase was to exercise and did not: a pod class none of whose pods became ready,
+        a fault kind never applied, no host VM (the consumer outside pods) started. A run that
+        proved nothing must not pass as one that failed nothing."""
+        missing = [f"no {kind} pod ran" for kind in CLASSES if not self.latencies.get(kind)]
+        applied = {fault.rsplit(" at ", 1)[0] for fault in self.faults}
+        missing += [f"fault {fault!r} never applied" for fault in FAULTS if fault not in applied]
+        missing += [f"fault not applied: {why}" for why in self.faults_not_applied]
+        if host_vms and not self.host_vms:
+            missing.append("no host VM started")
+        return missing
 
     def percentiles(self, kind: str, *, fit: bool = False) -> tuple[float, float] | None:
         values = sorted((self.fit_latencies if fit else self.latencies).get(kind, []))
@@ -304,6 +317,18 @@ def error_messages(text: str) -> Iterable[str]:
         yield _NUMBERS.sub("_", message)[:160]
 
 
+def _stop_containers(which: str, node: str, ids: list[str]) -> None:
+    """Stop the containers (crictl on the kind node); a fault that stopped nothing was not applied."""
+    if not ids:
+        raise AssertionError(f"fault {which!r}: no container found on {node}")
+    for container_id in ids:
+        stopped = subprocess.run(
+            ["docker", "exec", node, "crictl", "stop", container_id], capture_output=True, text=True, check=False
+        )
+        if stopped.returncode != 0:
+            raise AssertionError(f"fault {which!r}: crictl stop {container_id} failed: {stopped.stderr.strip()}")
+
+
 def _fault(which: str, workers: list[str], errors: Counter[str]) -> None:
     if which == "extender killed":
         # The Lease holder's own extender, its container killed where it runs (its pod stays and the
@@ -321,8 +346,7 @@ def _fault(which: str, workers: list[str], errors: Counter[str]) -> None:
              "--label", f"io.kubernetes.pod.name={name}"],
             capture_output=True, text=True, check=False,
         ).stdout.split()  # fmt: skip
-        for container_id in ids:
-            subprocess.run(["docker", "exec", node, "crictl", "stop", container_id], capture_output=True, check=False)
+        _stop_containers(which, node, ids)
         return
     if which == "scheduler leader killed":
         victim, container = _scheduler_leader(), "kube-scheduler"
@@ -337,8 +361,7 @@ def _fault(which: str, workers: list[str], errors: Counter[str]) -> None:
             ["docker", "exec", node, "crictl", "ps", "-q", "--name", "kube-apiserver"],
             capture_output=True, text=True, check=False,
         ).stdout.split()  # fmt: skip
-        for container_id in ids:
-            subprocess.run(["docker", "exec", node, "crictl", "stop", container_id], capture_output=True, check=False)
+        _stop_containers(which, node, ids)
         return
     if victim is None:
         raise AssertionError(f"fault {which!r}: nothing found to act on")
@@ -488,7 +511,11 @@ class Player:
         elif event.what == "host-vm":
             self.host_vm_due = True
         else:
-            _fault(event.detail, self.workers, self.phase.errors)
+            try:
+                _fault(event.detail, self.workers, self.phase.errors)
+            except AssertionError as error:  # counted, not lost with the tick (Phase.unproven)
+                self.phase.faults_not_applied.append(f"{event.detail} at {event.at:.0f} s: {error}")
+                return
             self.phase.faults.append(f"{event.detail} at {event.at:.0f} s")
 
     def _toggle_host_vm(self, waiting: int) -> None:

@@ -9,6 +9,7 @@ signed the served certificate.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import re
 from pathlib import Path
@@ -442,7 +443,8 @@ def test_scheduler_config_is_wired_for_the_extender(renders: dict[str, Rendered]
     assert config["kind"] == "KubeSchedulerConfiguration"
     if is_own(scenario):
         assert config["percentageOfNodesToScore"] == 0  # adaptive: docs/performance.md
-        assert "profiles" not in config
+        # The cluster's scheduler's profiles, the ones the marker policy marks pods of.
+        assert config["profiles"] == [{"schedulerName": "default-scheduler"}]
     else:
         (profile,) = config["profiles"]
         assert profile["schedulerName"] == values_of(scenario).get("scheduler", {}).get(
@@ -821,6 +823,9 @@ def test_notes_say_a_config_change_rolls_the_sidecar_schedulers(helm: Helm, note
 
 def test_notes_tell_the_next_step_own(helm: Helm, notes_chart: Path) -> None:
     notes = render_notes(helm, notes_chart, [CI["own-scheduler"]])
+    # Nothing is marked until the operator says the cluster's scheduler runs the configuration.
+    assert "No pod is marked yet (scheduler.own.active=false)" in notes
+    assert "--reuse-values --set scheduler.own.active=true" in notes
     assert "Topology: controlPlane (a DaemonSet on the control-plane nodes, host network)" in notes
     assert f"rollout status daemonset/{EXTENDER}" in notes
     assert "http://127.0.0.1:8888" in notes
@@ -834,7 +839,8 @@ def test_notes_tell_the_next_step_own_behind_a_service(helm: Helm, notes_chart: 
     assert "https://10.96.0.88:8888" in notes
     assert f"get configmap {SCHEDULER}" in notes
     assert f"get secret {EXTENDER}-client-tls" in notes
-    assert "the\n   extender's own pods never do, so they start while it is down" in notes
+    assert "the extender's own pods never do, so they start while it is down" in notes
+    assert "--set scheduler.own.active=false" in notes
     assert "Bind verb (the extender binds the pods the scheduler places): off" in notes
     snippet = yaml.safe_load(notes.split("extenders section:\n", 1)[1].split("\n\n", 1)[0])
     assert snippet["extenders"][0]["tlsConfig"]["caData"]
@@ -852,20 +858,38 @@ def test_percentage_of_nodes_to_score_is_a_value(helm: Helm) -> None:
 # -- fail closed where a namespace enforces (decision 0005) -------------------------------
 
 
-def policy_variables(rendered: Rendered) -> dict[str, str]:
+def policy_variables(rendered: Rendered, schedulers: str = "['hugepage-scheduler']") -> dict[str, str]:
     policy = rendered.get("MutatingAdmissionPolicy", f"{EXTENDER}-markers")
     assert policy["spec"]["failurePolicy"] == "Fail"
-    assert policy["spec"]["matchConditions"] == [
-        {"name": "not-the-extenders-own-namespace", "expression": f"request.namespace != '{NAMESPACE}'"}
-    ]
+    conditions = {c["name"]: " ".join(c["expression"].split()) for c in policy["spec"]["matchConditions"]}
+    assert conditions == {
+        "not-the-extenders-own-namespace": f"request.namespace != '{NAMESPACE}'",
+        # Only the extender's schedulers ignore the marker: any other would leave the pod Pending.
+        "a-pod-of-the-extenders-schedulers": "(has(object.spec.schedulerName) ? object.spec.schedulerName : "
+        f"'default-scheduler') in {schedulers}",
+    }
+    # Every marker the pod arrived with goes first (no opt-out), then its namespace's is added.
+    removal, addition = policy["spec"]["mutations"]
+    assert removal["patchType"] == "JSONPatch"
+    for field, marker, section in itertools.product(
+        ("containers", "initContainers"), ("enforce", "shadow"), ("requests", "limits")
+    ):
+        path = f"'/spec/{field}/' + string(i) + '/resources/{section}/hugepage-extender.io~1{marker}'"
+        assert path in removal["jsonPatch"]["expression"]
+    assert addition["patchType"] == "ApplyConfiguration"
     return {v["name"]: " ".join(v["expression"].split()) for v in policy["spec"]["variables"]}
 
 
 def test_the_marker_policy_marks_pods_by_their_namespaces_mode(renders: dict[str, Rendered]) -> None:
-    # Shadow by default, payments and vms enforcing, vms sized by memory, 1 GiB pages.
-    variables = policy_variables(renders["namespaces"])
+    # Shadow by default, payments and vms enforcing, vms sized by memory (its VM runtime's pods
+    # only), 1 GiB pages.
+    variables = policy_variables(renders["namespaces"], schedulers="['hugepage-scheduler-1g']")
     assert variables["mode"] == "request.namespace in ['payments','vms'] ? 'enforce' : 'shadow'"
-    assert variables["fromMemory"] == "(request.namespace in ['vms'])"
+    assert variables["memoryNamespace"] == "(request.namespace in ['vms'])"
+    assert variables["memoryRuntimeClass"] == (
+        "request.namespace in {'vms':'kata-qemu'} ? {'vms':'kata-qemu'}[request.namespace] : ''"
+    )
+    assert "object.spec.runtimeClassName == variables.memoryRuntimeClass" in variables["fromMemory"]
     assert "'hugepages-1Gi' in c.resources.requests" in variables["wantsPages"]
     # Enforcing by default, one namespace in shadow, one off.
     assert policy_variables(renders["enforce"])["mode"] == (
@@ -896,7 +920,29 @@ def test_the_marker_policy_resolves_modes_as_the_extender_does(
     if mode is not None:
         assert variables["mode"] == mode
     if from_memory is not None:
-        assert variables["fromMemory"] == from_memory
+        assert variables["memoryNamespace"] == from_memory
+
+
+def test_in_own_mode_no_pod_is_marked_until_the_operator_says_the_scheduler_runs_the_config(helm: Helm) -> None:
+    """The cluster's scheduler ignores the marker only once it runs the rendered configuration:
+    until ``scheduler.own.active`` says so, the chart renders no marker policy at all."""
+    assert not helm.template(set_values=OWN).all("MutatingAdmissionPolicy")
+    assert not helm.template(set_values=OWN).all("MutatingAdmissionPolicyBinding")
+    active = helm.template(set_values={**OWN, "scheduler.own.active": "true"})
+    policy_variables(active, schedulers="['default-scheduler']")
+    assert active.get("MutatingAdmissionPolicyBinding", f"{EXTENDER}-markers")
+    profiles = helm.template(
+        extra=[
+            "--set",
+            "scheduler.mode=own",
+            "--set",
+            "scheduler.own.active=true",
+            "--set-json",
+            'scheduler.own.schedulerNames=["default-scheduler","batch"]',
+        ]
+    )
+    policy_variables(profiles, schedulers="['default-scheduler','batch']")
+    assert [p["schedulerName"] for p in scheduler_config(profiles)["profiles"]] == ["default-scheduler", "batch"]
 
 
 @pytest.mark.parametrize(("scenario", "identity"), [("default", SCHEDULER), ("mtls-generated", EXTENDER)])

@@ -203,7 +203,9 @@ Each namespace's effective mode and needFromMemory, as extender/config.py resolv
 (defaults < BEST_OF_K_HUGEPAGE_FIT_FILTER in extender.extraEnv < a namespace's entry), for the
 admission policy that marks pods (decision 0005). Renders JSON: default (mode of a namespace not
 listed), enforce / shadow / off (listed namespaces by mode), fromMemory (needFromMemory of a
-namespace not listed), fromMemoryFlipped (listed namespaces whose needFromMemory differs from it).
+namespace not listed), fromMemoryFlipped (listed namespaces whose needFromMemory differs from it),
+runtimeClass (needFromMemoryRuntimeClass of a namespace not listed), runtimeClasses (listed namespaces
+that set their own, by name).
 */}}
 {{- define "hugepage-extender.namespaceModes" -}}
 {{- $default := toString .Values.config.defaults.mode }}
@@ -212,13 +214,17 @@ namespace not listed), fromMemoryFlipped (listed namespaces whose needFromMemory
 {{- $default = ternary "enforce" "shadow" (has (get $env "BEST_OF_K_HUGEPAGE_FIT_FILTER" | toString | trim | lower) (list "1" "true" "yes" "on")) }}
 {{- end }}
 {{- $fromMemory := eq (toString (.Values.config.defaults.needFromMemory | default false)) "true" }}
-{{- $modes := dict "default" $default "enforce" (list) "shadow" (list) "off" (list) "fromMemory" $fromMemory "fromMemoryFlipped" (list) }}
+{{- $runtimeClass := toString (.Values.config.defaults.needFromMemoryRuntimeClass | default "") }}
+{{- $modes := dict "default" $default "enforce" (list) "shadow" (list) "off" (list) "fromMemory" $fromMemory "fromMemoryFlipped" (list) "runtimeClass" $runtimeClass "runtimeClasses" (dict) }}
 {{- range $name, $ns := .Values.config.namespaces }}
 {{- $own := $ns | default dict }}
 {{- $mode := ternary (toString (get $own "mode")) $default (hasKey $own "mode") }}
 {{- $_ := set $modes $mode (append (get $modes $mode) $name) }}
 {{- if and (hasKey $own "needFromMemory") (ne (eq (toString (get $own "needFromMemory")) "true") $fromMemory) }}
 {{- $_ := set $modes "fromMemoryFlipped" (append (get $modes "fromMemoryFlipped") $name) }}
+{{- end }}
+{{- if hasKey $own "needFromMemoryRuntimeClass" }}
+{{- $_ := set $modes.runtimeClasses $name (toString (get $own "needFromMemoryRuntimeClass")) }}
 {{- end }}
 {{- end }}
 {{- toJson $modes }}
@@ -450,6 +456,12 @@ leaderElection:
 # other nodes would hold the pod it answers an error, so the scheduler tries its
 # next nodes (docs/design.md, "The scheduler's window"). 100: every node, slower.
 percentageOfNodesToScore: {{ int .Values.scheduler.percentageOfNodesToScore }}
+# Every profile calls the extenders below; the marker policy marks pods of these only
+# (scheduler.own.schedulerNames), once scheduler.own.active says this file is running.
+profiles:
+{{- range .Values.scheduler.own.schedulerNames }}
+  - schedulerName: {{ . }}
+{{- end }}
 {{- else }}
 profiles:
   - schedulerName: {{ .Values.scheduler.schedulerName }}

@@ -1,0 +1,114 @@
+"""The fenced blocks the docs mark as run (``<!-- run: ... -->`` above a ```sh block) name only what
+the chart creates: each block's helm install/upgrade is rendered with its own arguments, and every
+``kubectl ... rollout status KIND/NAME``, namespace and Pod Security label it runs must match that
+render; an image tag it names is the chart's appVersion. (Running them verbatim needs a cluster: the
+kind suite's; this is what can be checked everywhere.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from typing import Any
+
+import pytest
+import yaml
+
+from .chartlib import CHART, ROOT, Helm
+
+DOCS = [ROOT / "README.md", ROOT / "docs" / "install.md", ROOT / "docs" / "runbooks.md"]
+MARKED = re.compile(r"<!-- run:[^>]*-->\n```sh\n(.*?)```", re.DOTALL)
+KINDS = {"deployment": "Deployment", "daemonset": "DaemonSet"}
+PRIVILEGED = "pod-security.kubernetes.io/enforce=privileged"
+
+
+def marked_blocks() -> list[tuple[str, int, str]]:
+    found = []
+    for path in DOCS:
+        text = path.read_text()
+        for match in MARKED.finditer(text):
+            found.append((path.name, text[: match.start()].count("\n") + 1, match[1]))
+    return found
+
+
+def commands(block: str) -> list[list[str]]:
+    joined = block.replace("\\\n", " ")
+    return [words for line in joined.splitlines() if (words := shlex.split(line, comments=True))]
+
+
+def test_the_docs_mark_their_install_blocks() -> None:
+    where = {(name, block.count("helm install")) for name, _, block in marked_blocks()}
+    assert ("README.md", 1) in where
+    assert ("install.md", 1) in where
+
+
+@dataclasses.dataclass
+class Block:
+    """What a block runs: its install (the default one's release and namespace when it has none)."""
+
+    release: str = "hugepage-extender"
+    namespace: str = "hugepage-extender"
+    installs: int = 0
+    sets: list[str] = dataclasses.field(default_factory=list)
+    created: set[str] = dataclasses.field(default_factory=set)
+    labelled: set[str] = dataclasses.field(default_factory=set)
+    leases: set[str] = dataclasses.field(default_factory=set)
+    rollouts: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
+    uncreated: set[str] = dataclasses.field(default_factory=set)
+
+    def read(self, words: list[str]) -> None:
+        if words[:3] == ["kubectl", "create", "namespace"]:
+            self.created.add(words[3])
+        if words[:3] == ["kubectl", "label", "namespace"] and PRIVILEGED in words:
+            self.labelled.add(words[3])
+        if "lease" in words:  # also inside $(...)
+            self.leases.add(words[words.index("lease") + 1])
+        if "rollout" in words:
+            kind, name = words[words.index("status") + 1].split("/")
+            self.rollouts.add((KINDS[kind], name, words[words.index("-n") + 1]))
+        if words[:2] in (["helm", "install"], ["helm", "upgrade"]):
+            self.release, chart = words[2], words[3]
+            assert (ROOT / chart).resolve() == CHART, f"chart {chart}"
+            self.installs += 1
+            flag = "--namespace" if "--namespace" in words else "-n"
+            self.namespace = words[words.index(flag) + 1]
+            self.sets += [words[i + 1] for i, word in enumerate(words) if word == "--set"]
+            if "--create-namespace" not in words and self.namespace not in self.created:
+                self.uncreated.add(self.namespace)
+
+
+def needs_privileged(rendered: list[dict[str, Any]]) -> set[str]:
+    """Namespaces of pods on the host network or with host paths (the node agent, the own-mode
+    DaemonSet): Pod Security allows them only at the privileged level."""
+    found = set()
+    for d in rendered:
+        if d["kind"] in ("DaemonSet", "Deployment"):
+            pod = d["spec"]["template"]["spec"]
+            if pod.get("hostNetwork") or any("hostPath" in v for v in pod.get("volumes", [])):
+                found.add(d["metadata"]["namespace"])
+    return found
+
+
+@pytest.mark.parametrize(("doc", "line", "block"), marked_blocks(), ids=lambda v: str(v)[:20])
+def test_a_marked_block_names_only_what_its_install_renders(helm: Helm, doc: str, line: int, block: str) -> None:
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    for tag in re.findall(r"hugepage-extender:([0-9][^\s]*)", block):
+        assert tag == app_version, f"{doc}:{line} names image tag {tag}, the chart's appVersion is {app_version}"
+    runs = Block()
+    for words in commands(block):
+        runs.read(words)
+    assert not runs.uncreated, f"{doc}:{line}: namespaces never created: {runs.uncreated}"
+    args = ["template", runs.release, str(CHART), "--namespace", runs.namespace, "--kube-version", "v1.37.2"]
+    for value in runs.sets:
+        args += ["--set", value]
+    rendered = [d for d in yaml.safe_load_all(helm.run(*args)) if d]
+    objects = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", runs.namespace)) for d in rendered}
+    assert runs.rollouts <= objects, f"{doc}:{line}: not rendered: {runs.rollouts - objects}"
+    leases = {
+        yaml.safe_load(d["data"]["scheduler-config.yaml"]).get("leaderElection", {}).get("resourceName")
+        for d in rendered
+        if d["kind"] == "ConfigMap" and "scheduler-config.yaml" in d["data"]
+    }
+    assert runs.leases <= leases, f"{doc}:{line}: leases {runs.leases}; the scheduler's is {leases}"
+    if runs.installs:
+        assert needs_privileged(rendered) <= runs.labelled, f"{doc}:{line}: labels {runs.labelled} only"

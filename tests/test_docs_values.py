@@ -1,0 +1,78 @@
+"""The chart values the docs cite exist: every backticked dotted name whose first part is a
+top-level key of the chart's values (``scheduler.own.active``, ``nodeAgent.enabled``,
+``config.namespaces.<ns>.mode=enforce``) is a path of values.schema.json, which rejects unknown
+keys at install, so a doc cannot tell an operator to set what `helm install` would refuse."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "charts" / "hugepage-extender" / "values.schema.json").read_text())
+DOCS = sorted(
+    {
+        ROOT / "README.md",
+        *ROOT.glob("docs/*.md"),
+        ROOT / "e2e" / "kind" / "README.md",
+        ROOT / "charts" / "hugepage-extender" / "README.md",
+    }
+)
+# A backticked name, or one after `--set `, up to `=`, `:` or a space.
+CITED = re.compile(r"(?:`|--set )([a-z][A-Za-z]*(?:\.[A-Za-z0-9<>*_{}-]+)+)")
+# Not chart values, though they begin like one: files, Python names (snake_case, modules of the
+# package), and the value the upgrade notes say is gone.
+FILES = re.compile(r"\.(go|json|yaml|py|md|txt|crt|key|sh)$")
+PYTHON = re.compile(r"\.[a-z]+_[a-z_]+|^extender\.(server|verbs|cluster|config|cli|metrics)\b")
+REMOVED = {"scheduler.extender.ignorable": "install.md"}
+
+
+def resolve(path: list[str], schema: dict[str, Any]) -> str | None:
+    """None when ``path`` is a path of ``schema``; else the first part that is not."""
+    node = schema
+    for part in path:
+        if "$ref" in node:
+            node = SCHEMA["$defs"][node["$ref"].rsplit("/", 1)[1]]
+        properties = node.get("properties", {})
+        if part in properties:
+            node = properties[part]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]  # a map: any key (a namespace, a label)
+        elif node.get("additionalProperties") is True or (node.get("type") == "object" and not properties):
+            return None  # free-form (extraEnv, podAnnotations)
+        else:
+            return part
+    return None
+
+
+def cited(doc: Path) -> set[str]:
+    names = set()
+    for match in CITED.finditer(doc.read_text()):
+        name = match[1]
+        if name.split(".")[0] not in SCHEMA["properties"] or FILES.search(name) or PYTHON.search(name):
+            continue
+        if REMOVED.get(name) == doc.name:
+            continue
+        names.add(name)
+    return names
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_chart_value_a_doc_cites_exists(doc: Path) -> None:
+    unknown = {}
+    for name in cited(doc):
+        parts = [p for p in name.split(".") if p not in ("*",)]
+        if (missing := resolve(parts, SCHEMA)) is not None:
+            unknown[name] = missing
+    assert not unknown, f"{doc.name} cites values the chart does not have: {unknown}"
+
+
+def test_the_check_finds_what_it_is_for() -> None:
+    assert resolve(["scheduler", "own", "active"], SCHEMA) is None
+    assert resolve(["config", "namespaces", "payments", "mode"], SCHEMA) is None
+    assert resolve(["scheduler", "own", "enabled"], SCHEMA) == "enabled"
+    assert "scheduler.own.active" in cited(ROOT / "docs" / "install.md")
