@@ -384,38 +384,3 @@ def test_the_default_render_marks_only_pods_its_scheduler_serves_and_no_tenant_o
     finally:
         for runtime in (vm_runtime, other_runtime):
             node_api.delete_runtime_class(runtime)
-
-
-def test_an_autoscalers_simulation_counts_the_marker_unless_its_profile_ignores_the_group(
-    control_plane: ControlPlane, start_scheduler: Callable[..., Any], test_label: tuple[str, str]
-) -> None:
-    """Cluster Autoscaler simulates scheduling with the in-tree plugins of the one profile of its
-    --scheduler-config-file (no extenders: the extenders' ignoredByScheduler never reaches its
-    NodeResourcesFit), so a marked pod fits no node it could add. A kube-scheduler without the
-    extenders entries stands in for that simulation here: it leaves a marked pod Pending for the
-    marker; with NodeResourcesFit ignoredResourceGroups [hugepage-extender.io] in its profile (what
-    docs/install.md tells operators to give the autoscaler) it places it."""
-    plain, ignoring = unique("as-plain"), unique("as-ignoring")
-    start_scheduler({"profiles": [{"schedulerName": plain}]}, name=plain)
-    fit_args = {"ignoredResourceGroups": ["hugepage-extender.io"]}
-    profile = {"schedulerName": ignoring, "pluginConfig": [{"name": "NodeResourcesFit", "args": fit_args}]}
-    start_scheduler({"profiles": [profile]}, name=ignoring)
-    namespace = unique("autoscaler")
-    control_plane.create_namespace(namespace)
-    key, value = test_label
-    node = unique("as-node")
-    control_plane.create_node(node, hugepages_2mi="2Gi", labels={key: value})
-    for name, scheduler_name in (("plain", plain), ("ignoring", ignoring)):
-        control_plane.create_pod(
-            namespace,
-            name,
-            scheduler_name=scheduler_name,
-            hugepages_2mi="256Mi",
-            node_selector={key: value},
-            extended={ENFORCE_MARKER: "1"},
-        )
-    assert control_plane.wait_for_pod_bound(namespace, "ignoring", timeout=60) == node
-    wait_for_event(
-        control_plane.core, namespace, "plain", "FailedScheduling", contains=f"Insufficient {ENFORCE_MARKER}"
-    )
-    assert_stays_pending(control_plane.core, namespace, ["plain"], 3)
