@@ -18,7 +18,13 @@ class BindingArgs:
 
 
 class BindError(ExtenderError):
-    """The Binding could not be created; the message goes back to the scheduler."""
+    """The Binding could not be created, or its outcome is unknown; the message goes back to the
+    scheduler. ``known`` is False when the API server may have created it all the same (the
+    connection dropped, a timeout, a 5xx): the pod may be bound, and its room must stay held."""
+
+    def __init__(self, message: str, *, known: bool = True) -> None:
+        super().__init__(message)
+        self.known = known
 
 
 class Binder(Protocol):

@@ -320,7 +320,11 @@ class Extender:
         try:
             await self.binder.bind(args)
         except BindError as error:
-            if start.held:
+            # A Binding that may have been made keeps its room held: released here, its room would look
+            # free to the next pod while the watch has not yet shown this one bound (an API server
+            # killed mid-burst over-committed a pool so). It ends as every hold does: the watch shows
+            # the pod bound, its next bind narrows it, or holdTimeoutSeconds.
+            if start.held and error.known:
                 self.verbs.bind_failed(args.pod_uid)
             self.metrics.child(self.metrics.binds, BindResult.ERROR).inc()
             log.warning("bind %s failed: %s", where, error)

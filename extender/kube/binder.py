@@ -61,9 +61,11 @@ class ApiBinder:
         except ApiException as error:
             if error.status == 409 and self._bound_to(args) == args.node:
                 return  # a repeated bind for the same pod and node is not an error
-            raise BindError(f"binding {_pod(args)}: {error.status} {quote(_message(error), 300)}") from None
+            message = f"binding {_pod(args)}: {error.status} {quote(_message(error), 300)}"
+            raise BindError(message, known=error.status < 500) from None
         except (OSError, TransportError) as error:  # urllib3's timeouts and connection errors are not OSErrors
-            raise BindError(f"binding {_pod(args)}: {quote(str(error), 300)}") from None
+            # The request may have reached the API server before the connection broke: unknown.
+            raise BindError(f"binding {_pod(args)}: {quote(str(error), 300)}", known=False) from None
 
     def _bound_to(self, args: BindingArgs) -> str | None:
         try:
