@@ -59,3 +59,31 @@ def test_the_check_knows_the_commands() -> None:
     assert "--nudge-pod" in OURS["serve"]
     assert "--extender" in PLUGIN["explain"]
     assert command_lines("```sh\nhugepage-extender serve \\\n  --nudge-pod a/b\n```")[0].endswith("--nudge-pod a/b")
+
+
+MAKEFILE = (ROOT / "Makefile").read_text()
+TARGETS = set(re.findall(r"^([a-z][a-z0-9-]*):", MAKEFILE, re.MULTILINE))
+VARIABLES = set(re.findall(r"^([A-Z_0-9]+) *[?:]?=", MAKEFILE, re.MULTILINE))
+# `make [VAR=value ...] target [VAR=value ...]`, at a line's or a span's start or after `;`, `&&`, `|`
+# or a comment's `or:`.
+ASSIGNMENTS = r"((?:\s+[A-Z_0-9]+=\S+)*)"
+MAKE = re.compile(r"(?:^|[;&|:]\s*)(?:flock \S+ |CI=\S+ )*make" + ASSIGNMENTS + r"\s+([a-z][a-z0-9-]*)" + ASSIGNMENTS)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_make_target_and_variable_a_doc_gives_exists(doc: Path) -> None:
+    unknown = []
+    for line in command_lines(doc.read_text()):
+        for match in MAKE.finditer(line.strip()):
+            if match[2] not in TARGETS:
+                unknown.append(f"make {match[2]}")
+            variables = re.findall(r"([A-Z_0-9]+)=", match[1] + match[3])
+            unknown += [f"make {match[2]} {name}=" for name in variables if name not in VARIABLES]
+    assert not unknown, f"{doc.name}: {unknown}"
+
+
+def test_the_make_check_knows_the_targets() -> None:
+    assert {"run", "test", "unit", "core", "chart", "image", "soak", "kind-e2e", "tools"} <= TARGETS
+    assert {"KIND_E2E", "SOAK_MINUTES", "IMAGE", "ARGS"} <= VARIABLES
+    assert [m[2] for m in MAKE.finditer("make test KIND_E2E=0")] == ["test"]
+    assert [m[2] for m in MAKE.finditer("CI=true flock /work/locks/kind.lock make kind-e2e")] == ["kind-e2e"]
