@@ -127,3 +127,24 @@ def test_the_chart_readmes_defaults_are_the_charts() -> None:
             if node != yaml.safe_load(default or "''"):
                 wrong[key] = (default, node)
     assert not wrong, "charts/hugepage-extender/README.md: (shown, values.yaml)"
+
+
+def test_the_readmes_prerequisites_are_the_projects() -> None:
+    """Kubernetes, Python and Go as the README's prerequisites name them: the chart's kubeVersion,
+    pyproject's requires-python, the newest `go` line of the Go modules the tests build."""
+    readme = (ROOT / "README.md").read_text().split("## Prerequisites", 1)[1].split("\n## ", 1)[0]
+    kube_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+    minimum = re.fullmatch(r">=(\d+\.\d+)\.0-0", kube_version)
+    assert minimum is not None
+    assert f"Kubernetes {minimum[1]} or newer" in readme
+    python = re.search(r'requires-python = ">=([0-9.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert python is not None
+    assert f"Python {python[1]}+" in readme
+    go_mods = [
+        *ROOT.glob("e2e/tools/*/go.mod"),
+        ROOT / "e2e/promtool/go.mod",
+        *ROOT.glob("e2e/kind/images/go/*/go.mod"),
+    ]
+    lines = [re.search(r"^go (\S+)$", path.read_text(), re.MULTILINE) for path in go_mods]
+    newest = max((m[1] for m in lines if m), key=lambda v: tuple(int(p) for p in v.split(".")))
+    assert f"Go {newest.removesuffix('.0')}+" in readme
