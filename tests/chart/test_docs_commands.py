@@ -78,13 +78,14 @@ class Block:
 
 
 def needs_privileged(rendered: list[dict[str, Any]]) -> set[str]:
-    """Namespaces of pods on the host network or with host paths (the node agent, the own-mode
-    DaemonSet): Pod Security allows them only at the privileged level."""
+    """Namespaces of pods on the host network or PID namespace or with host paths (the node agent,
+    the own-mode DaemonSet): Pod Security allows them only at the privileged level."""
     found = set()
     for d in rendered:
         if d["kind"] in ("DaemonSet", "Deployment"):
             pod = d["spec"]["template"]["spec"]
-            if pod.get("hostNetwork") or any("hostPath" in v for v in pod.get("volumes", [])):
+            host = pod.get("hostNetwork") or pod.get("hostPID")
+            if host or any("hostPath" in v for v in pod.get("volumes", [])):
                 found.add(d["metadata"]["namespace"])
     return found
 
