@@ -1,6 +1,7 @@
 """The command lines the docs show for this project's commands use only flags those commands
-have: `hugepage-extender serve|explain|node-agent ...` and `kubectl hugepages ...`, in fenced
-blocks (continuation lines joined) and in backticked spans. A renamed or removed flag breaks this
+have: `hugepage-extender serve|explain|node-agent ...`, `kubectl hugepages ...` and `python -m
+replay ...`, in fenced blocks (continuation lines joined) and in backticked spans; and `make`
+only targets and variables the Makefile has. A renamed or removed flag or target breaks this
 test instead of a reader's copy-paste."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 
 from extender.cli import build_parser
 from extender.kubectl_plugin import build_parser as build_plugin_parser
+from replay.cli import add_parser as add_replay_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted({ROOT / "README.md", *ROOT.glob("docs/*.md"), ROOT / "e2e" / "kind" / "README.md"})
@@ -33,6 +35,9 @@ def options(parser: argparse.ArgumentParser) -> dict[str, set[str]]:
 
 OURS = options(build_parser())
 PLUGIN = options(build_plugin_parser())
+_replay_commands = argparse.ArgumentParser().add_subparsers()
+REPLAY = {s for a in add_replay_parser(_replay_commands)._actions for s in a.option_strings if s.startswith("--")}
+REPLAY_COMMAND = re.compile(r"python -m replay([^`\n|;&)#]*)")
 
 
 def command_lines(text: str) -> list[str]:
@@ -52,12 +57,15 @@ def test_every_flag_a_doc_gives_our_commands_exists(doc: Path) -> None:
             if known is None:
                 continue  # not a subcommand (prose: "hugepage-extender is ...")
             unknown += [f"{match[1]} {flag}" for flag in FLAG.findall(match[2]) if flag not in known]
+        for match in REPLAY_COMMAND.finditer(line):
+            unknown += [f"replay {flag}" for flag in FLAG.findall(match[1]) if flag not in REPLAY]
     assert not unknown, f"{doc.name}: {unknown}"
 
 
 def test_the_check_knows_the_commands() -> None:
     assert "--nudge-pod" in OURS["serve"]
     assert "--extender" in PLUGIN["explain"]
+    assert {"--quick", "--out", "--seed"} <= REPLAY
     assert command_lines("```sh\nhugepage-extender serve \\\n  --nudge-pod a/b\n```")[0].endswith("--nudge-pod a/b")
 
 
