@@ -135,6 +135,7 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
         log.warning(NO_NUDGE_POD)
     metrics.nudge_pod.set(1 if nudger is not None else 0)
     extender = Extender(config, state, metrics, binder=binder, events=events, verify_holds=True, nudger=nudger)
+    informer.pod_seen = extender.pod_seen
     informer.start(asyncio.get_running_loop())
     metrics.watch_reflectors(informer.reflectors)
     try:

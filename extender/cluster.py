@@ -32,8 +32,9 @@ from extender.holds import Hold, HoldLedger, nodes_of
 from extender.nodeinputs import NodeCapacity, node_capacity
 from extender.nodereport import PoolReport, ReportError, ReportRecord, report_record
 from extender.objects import Node, Pod
+from extender.podoutcome import PodSignal, signal_of
 from extender.podrequest import PodDemand, pod_demand
-from extender.policy import Policy
+from extender.policy import Mode, Policy
 from extender.reach import NodeReach, node_reach
 from extender.reports import NodeReports, ReportView
 
@@ -63,6 +64,10 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
     owner: str = ""  # "namespace/name": who may hold pages under this UID while it waits ("" once bound or over)
     demand: PodDemand | None = None  # what it needs, while it waits: holds and binds use this, not a caller's word
     more_pages: tuple[int, ...] = ()  # a bound pod's pages of each further size (Config.more_resource_names)
+    # A shadow namespace's bound or ended pod: its status as the scorecard reads it (extender.scorecard).
+    # Never kept: the state keeps the usage; the record passes through the watch's handlers.
+    signal: PodSignal | None = None
+    pod: str = ""  # namespace/name, with a signal
 
     def of_size(self, index: int) -> PodRecord:
         """The record as the accounts of the further size ``index`` (1, 2, ...) keep it: the pages of that
@@ -269,6 +274,13 @@ class ClusterState:
         return node.metadata.name, msgspec.structs.replace(capacity, more=more, reach=node_reach(node))
 
     def pod_record(self, pod: Pod) -> PodRecord:
+        record = self._pod_record(pod)
+        if pod.spec.node_name and self._config.policy_for(pod.metadata.namespace).mode is Mode.SHADOW:
+            meta = pod.metadata
+            return msgspec.structs.replace(record, signal=signal_of(pod.status), pod=f"{meta.namespace}/{meta.name}")
+        return record
+
+    def _pod_record(self, pod: Pod) -> PodRecord:
         meta = pod.metadata
         node = pod.spec.node_name
         if node and not pod.is_terminal:

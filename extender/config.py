@@ -32,6 +32,9 @@ DEFAULT_MAX_BUFFERED_BYTES = 2 * DEFAULT_MAX_REQUEST_BYTES
 # Open connections per port; past it a new one closes the idlest (docs/reliability.md).
 DEFAULT_MAX_CONNECTIONS = 64
 
+DEFAULT_SHADOW_SETTLE_SECONDS = 60.0
+DEFAULT_SHADOW_WINDOW_SECONDS = 3600.0
+
 _HUGEPAGE_RESOURCE = re.compile(r"^hugepages-(?P<size>[0-9]+[KMGT]i)$")
 
 
@@ -52,6 +55,10 @@ class _ConfigFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     # The scheduler profile's (or its global) percentageOfNodesToScore, 0 its adaptive default: how many
     # feasible nodes it stops at, so whether it stopped short of a node that would hold a pod (window.py).
     percentage_of_nodes_to_score: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
+    # Shadow's scorecard (extender/scorecard.py): how long a pod stays Ready before it counts as ran, and
+    # the window its precision and recall are over (a pod without an outcome that long expires).
+    shadow_settle_seconds: Annotated[float, msgspec.Meta(ge=0)] = DEFAULT_SHADOW_SETTLE_SECONDS
+    shadow_window_seconds: Annotated[float, msgspec.Meta(gt=0)] = DEFAULT_SHADOW_WINDOW_SECONDS
     defaults: dict[str, Any] = msgspec.field(default_factory=dict)  # read as _PolicyFields below
     namespaces: dict[str, Any] = msgspec.field(default_factory=dict)
 
@@ -70,6 +77,8 @@ class Config:
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     percentage_of_nodes_to_score: int = 0  # the scheduler's; 0: adaptive (window.feasible_nodes_to_find)
+    shadow_settle_seconds: float = DEFAULT_SHADOW_SETTLE_SECONDS
+    shadow_window_seconds: float = DEFAULT_SHADOW_WINDOW_SECONDS
     placement: PolicyTable = dataclasses.field(default_factory=PolicyTable)
 
     def policy_for(self, namespace: str) -> Policy:
@@ -179,6 +188,8 @@ def build_config(
         max_buffered_bytes=buffered,
         max_connections=raw.max_connections,
         percentage_of_nodes_to_score=raw.percentage_of_nodes_to_score,
+        shadow_settle_seconds=raw.shadow_settle_seconds,
+        shadow_window_seconds=raw.shadow_window_seconds,
         placement=PolicyTable(defaults, namespaces, exempt_namespaces),
     )
 

@@ -8,6 +8,7 @@ knows.
 
     kubectl hugepages explain payments/dpdk-router   # why is this pod Pending?
     kubectl hugepages nodes                          # pool, used, outside pods, in flight, free, report age
+    kubectl hugepages shadow payments                # shadow's verdicts against what became of the pods
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+import msgspec
 
 from extender import __version__
 from extender.configfile import load_config
@@ -32,6 +35,8 @@ from extender.diagnostics import render_node_rows
 from extender.errors import ExtenderError
 from extender.explain import render_table
 from extender.kube.live import api_client_for, context_namespace
+from extender.remote import ExtenderUnreachable
+from extender.shadowreport import render_shadow
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -74,6 +79,18 @@ def _nodes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shadow(args: argparse.Namespace) -> int:
+    remote = remote_from_args(args)
+    if remote is None and args.extender_service:
+        with api_client_for(args.kubeconfig, context=args.context) as api:
+            remote = remote_from_args(args, api)
+    if remote is None:
+        raise ExtenderUnreachable("the scorecard is the running extender's: give --extender or --extender-service")
+    report = remote.shadow(args.namespace or "")
+    print(msgspec.json.format(msgspec.json.encode(report)).decode() if args.output == "json" else render_shadow(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubectl hugepages",
@@ -91,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     nodes = commands.add_parser("nodes", help="per node: pool, used by pods, outside pods, in flight, free")
     _common(nodes)
     nodes.set_defaults(run=_nodes)
+    shadow = commands.add_parser(
+        "shadow", help="shadow's scorecard: its verdicts against what became of the pods, and the pods behind each"
+    )
+    shadow.add_argument("namespace", nargs="?", help="one namespace's row (default: every shadow namespace)")
+    _common(shadow)
+    shadow.set_defaults(run=_shadow)
     return parser
 
 

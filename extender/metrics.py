@@ -235,6 +235,15 @@ class Metrics:
             ["pod_namespace"],
             registry=r,
         )
+        self.shadow_outcomes = Counter(
+            "hugepage_extender_shadow_outcomes",
+            "Pods of shadow namespaces followed from shadow's verdict on their node to their outcome, by namespace"
+            " (those the config names; the rest as _other) and cell: predicted_failed, predicted_ran,"
+            " failed_unpredicted, ran_as_predicted; or deleted, expired, dropped when no outcome came"
+            " (docs/runbooks.md, the scorecard).",
+            ["pod_namespace", "cell"],
+            registry=r,
+        )
         self.waiting_pods = Gauge(
             "hugepage_extender_waiting_pods",
             "Enforced pods the watch shows Pending whose latest filter call admitted no node (Pending for hugepages),"

@@ -79,6 +79,12 @@ class PodSpec(msgspec.Struct, rename="camel", omit_defaults=True):
 
 class PodStatus(msgspec.Struct, rename="camel", omit_defaults=True):
     phase: str | None = None
+    reason: str | None = None  # a Failed pod's: the kubelet's admission refusal (OutOfhugepages-2Mi, ...)
+    message: str | None = None
+    # Left undecoded (a slice of the response): only a shadow pod's are read (extender.podoutcome).
+    conditions: msgspec.Raw | None = None
+    container_statuses: msgspec.Raw | None = None
+    init_container_statuses: msgspec.Raw | None = None
 
 
 class Pod(msgspec.Struct, rename="camel", omit_defaults=True):

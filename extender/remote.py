@@ -1,5 +1,6 @@
-"""Asking a running extender for its state (``GET /debug/state``), as the scheduler calls it:
-HTTPS with the CA that signed its certificate, and a client certificate when it requires one."""
+"""Asking a running extender for its state (``GET /debug/state``) and shadow's scorecard
+(``/debug/shadow``), as the scheduler calls it: HTTPS with the CA that signed its certificate, and a
+client certificate when it requires one."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from extender.diagnostics import MAX_STATE_NODES, ExtenderState, StateReportError, parse_state_report
 from extender.errors import ExtenderError
+from extender.shadowreport import ShadowReport, ShadowReportError, parse_shadow_report
 
 MAX_STATE_BYTES = 8 * 1024 * 1024
 
@@ -51,22 +53,34 @@ class RemoteExtender:
             query["nodes"] = ",".join(nodes)
         if exclude_pod:
             query["excludePod"] = exclude_pod
-        url = f"{self.url.rstrip('/')}/debug/state?{urllib.parse.urlencode(query)}"
-        request = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310 (http(s) only)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_seconds, context=self._context()) as answer:  # noqa: S310
-                body = answer.read(MAX_STATE_BYTES + 1)
-        except urllib.error.HTTPError as error:
-            raise ExtenderUnreachable(f"{self.url}: /debug/state answered {error.code} {error.reason}") from None
-        except (urllib.error.URLError, OSError, ssl.SSLError) as error:
-            reason = getattr(error, "reason", error)
-            raise ExtenderUnreachable(f"{self.url}: {reason}") from None
-        if len(body) > MAX_STATE_BYTES:
-            raise ExtenderUnreachable(f"{self.url}: state answer over {MAX_STATE_BYTES} bytes")
+        body = self._get("/debug/state", query)
         try:
             return parse_state_report(body)
         except StateReportError as error:
             raise ExtenderUnreachable(f"{self.url}: {error}") from None
+
+    def shadow(self, namespace: str = "") -> ShadowReport:
+        """Shadow's scorecard (``/debug/shadow``): every namespace's, or ``namespace``'s row."""
+        body = self._get("/debug/shadow", {"namespace": namespace} if namespace else {})
+        try:
+            return parse_shadow_report(body)
+        except ShadowReportError as error:
+            raise ExtenderUnreachable(f"{self.url}: {error}") from None
+
+    def _get(self, path: str, query: dict[str, str]) -> bytes:
+        url = f"{self.url.rstrip('/')}{path}?{urllib.parse.urlencode(query)}"
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310 (http(s) only)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_seconds, context=self._context()) as answer:  # noqa: S310
+                body: bytes = answer.read(MAX_STATE_BYTES + 1)
+        except urllib.error.HTTPError as error:
+            raise ExtenderUnreachable(f"{self.url}: {path} answered {error.code} {error.reason}") from None
+        except (urllib.error.URLError, OSError, ssl.SSLError) as error:
+            reason = getattr(error, "reason", error)
+            raise ExtenderUnreachable(f"{self.url}: {reason}") from None
+        if len(body) > MAX_STATE_BYTES:
+            raise ExtenderUnreachable(f"{self.url}: {path} answer over {MAX_STATE_BYTES} bytes")
+        return body
 
 
 def _merged(a: ExtenderState, b: ExtenderState) -> ExtenderState:

@@ -28,7 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from extender.binding import Binder, BindError
 from extender.budget import BufferLedger, Holding
-from extender.cluster import ClusterState
+from extender.cluster import ClusterState, PodRecord
 from extender.config import Config
 from extender.connections import (
     CUT_REASONS,
@@ -44,9 +44,11 @@ from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, st
 from extender.metrics import Metrics
 from extender.nudge import NudgePacer
 from extender.objects import Pod
+from extender.podoutcome import CELLS
 from extender.policy import Mode, Policy
 from extender.quantity import QuantityError, quote
 from extender.reports import ReportState
+from extender.scorecard import Scorecard
 from extender.scrape import MetricsPage
 from extender.verbs import BindResult, ExtenderVerbs, FilterResult
 from extender.waiting import WaitingPods
@@ -278,6 +280,17 @@ class Extender:
                 metrics.child(metrics.shadow_rejected_pods, namespace)
         if config.placement.defaults.mode is Mode.SHADOW:
             metrics.child(metrics.shadow_rejected_pods, OTHER_NAMESPACES)
+        shadow_rows = tuple(n for n, p in config.placement.namespaces.items() if p.mode is Mode.SHADOW)
+        self.scorecard = Scorecard(
+            settle_seconds=config.shadow_settle_seconds,
+            window_seconds=config.shadow_window_seconds,
+            clock=time.monotonic,
+            row_of=self._namespace_label,
+            rows=shadow_rows,
+        )
+        for row in shadow_rows:  # at 0, as above: the alert's increase() counts the first predicted failure
+            for cell in CELLS:
+                metrics.child(metrics.shadow_outcomes, row, cell)
 
     async def filter(self, request: web.Request) -> web.StreamResponse:
         args = parse_extender_args(await read_body(request, self.body_timeout_seconds))
@@ -313,6 +326,13 @@ class Extender:
         # Checked and held in one call before the API call, no await between (a reservation: two binds
         # never both take a node's last room), since the scheduler filters the next pod meanwhile.
         start = self.verbs.bind_start(args.pod_uid, args.pod_namespace, args.pod_name, args.node)
+        if start.refusal is None:
+            # Shadow's verdict on the chosen node, at bind time: the room the pod will find there.
+            prediction = self.verbs.shadow_verdict(args.pod_uid, args.node, "bind")
+            if prediction is not None:
+                self._counted(
+                    self.scorecard.judged(args.pod_uid, args.pod_namespace, args.pod_name, args.node, prediction)
+                )
         if start.refusal is not None:
             self.metrics.child(self.metrics.binds, start.result).inc()
             log.warning("bind %s refused: %s", where, start.refusal)
@@ -326,6 +346,8 @@ class Extender:
             # the pod bound, its next bind narrows it, or holdTimeoutSeconds.
             if start.held and error.known:
                 self.verbs.bind_failed(args.pod_uid)
+            if error.known:
+                self.scorecard.forget(args.pod_uid)  # not bound there: its next bind is judged afresh
             self.metrics.child(self.metrics.binds, BindResult.ERROR).inc()
             log.warning("bind %s failed: %s", where, error)
             return web.Response(body=render_binding(str(error)), content_type=JSON)
@@ -361,6 +383,34 @@ class Extender:
         )
         return web.json_response(report, headers={"Cache-Control": "no-store"})
 
+    async def debug_shadow(self, request: web.Request) -> web.Response:
+        """Shadow's scorecard (``extender.scorecard``), for ``kubectl hugepages shadow``: per namespace
+        the cells over the window and since the start, precision and recall, the last pods of each cell
+        (names of pods of shadow namespaces, their nodes, what shadow said and what happened). Beside
+        /debug/state: the verbs' port, its TLS and client certificates."""
+        self._counted(self.scorecard.tick())
+        namespace = request.query.get("namespace", "")
+        report = self.scorecard.report(self._namespace_label(namespace) if namespace else None)
+        return web.json_response(report, headers={"Cache-Control": "no-store"})
+
+    def pod_seen(self, record: PodRecord, deleted: bool) -> None:
+        """A watch event, before the state applies it: a shadow pod first shown bound that no bind judged
+        is judged now (the accounts do not count it yet), and a followed pod's status may decide it."""
+        if record.signal is None:
+            return
+        uid = record.uid
+        node = record.usage.node if record.usage is not None else None
+        if node and not deleted and not self.scorecard.is_followed(uid) and not self.state.is_bound(uid):
+            prediction = self.verbs.shadow_verdict(uid, node, "watch")
+            if prediction is not None:
+                namespace, _, name = record.pod.partition("/")
+                self._counted(self.scorecard.judged(uid, namespace, name, node, prediction))
+        self._counted(self.scorecard.seen(uid, record.signal, deleted=deleted))
+
+    def _counted(self, ended: list[tuple[str, str]]) -> None:
+        for row, cell in ended:
+            self.metrics.child(self.metrics.shadow_outcomes, row, cell).inc()
+
     def _node_reports(self, nodes: list[str] | None, policy: Policy) -> dict[str, NodeReport]:
         """The node agents' records the extender holds, as the namespace's max age judges them."""
         reports: dict[str, NodeReport] = {}
@@ -379,6 +429,7 @@ class Extender:
         """End what is past its time; whether to nudge the scheduler now (``extender.nudge``)."""
         refused = self.verbs.refused_holds
         self.verbs.expire()
+        self._counted(self.scorecard.tick())  # pods Ready for the settle time ran
         self._count_refused(refused)  # holds dropped as unverified
         if self.state.take_freed(lambda: self.state.least_waiting_need(self.waiting.uids())):
             self.pacer.room_freed()  # room some waiting pod could fit in: a nudge requeues every one of them
@@ -785,6 +836,7 @@ def create_app(extender: Extender) -> web.Application:
     for verb, handler in (("filter", extender.filter), ("prioritize", extender.prioritize), ("bind", extender.bind)):
         app.router.add_post(f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes, begun))
     app.router.add_get("/debug/state", extender.debug_state)  # read-only; the verbs' TLS and client certificates
+    app.router.add_get("/debug/shadow", extender.debug_shadow)  # read-only, as /debug/state
     app.router.add_get("/healthz", extender.healthz)
     app.router.add_get("/readyz", extender.readyz)
     app.router.add_get("/metrics", extender.metrics_page)

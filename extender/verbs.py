@@ -56,6 +56,7 @@ from extender.decision import (
 )
 from extender.holds import HOLD_LIMIT
 from extender.objects import Pod
+from extender.podoutcome import Prediction
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.reach import UNCONSTRAINED, PodReach, pod_reach
@@ -334,18 +335,33 @@ class ExtenderVerbs:
         pod's own, and the holds a pod the watch shows never sees (those of pods it has not shown)
         left out as its filter leaves them. Only enforce refuses: shadow and off change no decision."""
         filtered = self._recent[uid]
-        demand, policy = filtered.demand, filtered.policy
-        if policy.mode is not Mode.ENFORCE or not demand.wants_hugepages:
+        if filtered.policy.mode is not Mode.ENFORCE or not filtered.demand.wants_hugepages:
             return None
+        why = self._verdict_at(uid, filtered, node)
+        if why is None:
+            return None
+        return f"not bound: {why}: the node's room went to other pods since the filter admitted it"
+
+    def shadow_verdict(self, uid: str, node: str, judged_by: str) -> Prediction | None:
+        """What shadow says of ``node`` for the filtered pod ``uid`` now (its room as ``room_at_bind``
+        reads it): the verdict the scorecard follows. None for a pod of no shadow namespace, one asking
+        no hugepages, or one this extender has not filtered."""
+        filtered = self._recent.get(uid)
+        if filtered is None or filtered.policy.mode is not Mode.SHADOW or not filtered.demand.wants_hugepages:
+            return None
+        why = self._verdict_at(uid, filtered, node)
+        return Prediction(would_reject=why is not None, why=why or "room for it", judged_by=judged_by)
+
+    def _verdict_at(self, uid: str, filtered: _Filtered, node: str) -> str | None:
+        """Why ``node`` would turn the filtered pod away now, None when it holds it."""
+        demand, policy = filtered.demand, filtered.policy
         views = []
         for index in demand.sizes_needed:
             view = self._size_view(index, demand, uid, filtered.owner, policy)
             without_own = self.state.sizes[index].accounts_without(uid, view.accounts)
             views.append(SizeView(view.need, without_own, view.reasons))
         verdict, view = size_verdict(views, node, numa=policy.numa_aligned and demand.guaranteed)
-        if verdict.admits:
-            return None
-        return f"not bound: {view.reasons.of(verdict)}: the node's room went to other pods since the filter admitted it"
+        return None if verdict.admits else view.reasons.of(verdict)
 
     def _narrow(self, uid: str, node: str) -> bool:
         """The bind names the node: the pod's hold narrows to it (a UID refused as unverified too: the

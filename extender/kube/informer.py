@@ -65,6 +65,9 @@ class ClusterInformer:
         stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # Told of every pod event before the state applies it (``pod_seen(record, deleted)``): the scorecard
+        # judges a shadow pod first shown bound against the accounts without it.
+        self.pod_seen: Callable[[PodRecord, bool], None] | None = None
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
         self._node_reports = node_reports
@@ -91,7 +94,7 @@ class ClusterInformer:
         )
         pods: Reflector[Pod, PodRecord] = Reflector(
             Resource("pods", self._core.list_pod_for_all_namespaces, Pod, self._pod_record, ACTIVE_PODS),
-            Handlers(self._pods_listed, self._state.apply_pod_record, self._pod_deleted),
+            Handlers(self._pods_listed, self._pod_upserted, self._pod_deleted),
             post,
             stop=self._stop,
             **self._timeouts,  # type: ignore[arg-type]
@@ -205,5 +208,12 @@ class ClusterInformer:
         self._state.replace_pods(records)
         self._mark_synced("pods")
 
+    def _pod_upserted(self, record: PodRecord) -> None:
+        if self.pod_seen is not None:
+            self.pod_seen(record, False)
+        self._state.apply_pod_record(record)
+
     def _pod_deleted(self, record: PodRecord) -> None:
+        if self.pod_seen is not None:
+            self.pod_seen(record, True)
         self._state.remove_pod(record.uid)

@@ -1,0 +1,155 @@
+"""What happened to a pod on its node, read from the status the watch shows (pure).
+
+Shadow's scorecard (``extender.scorecard``) pairs each verdict with one of these outcomes:
+
+- **ran**: every container started, the pod was Ready and still ran ``shadowSettleSeconds`` later
+  (or it ended in phase Succeeded);
+- **failed**: the node refused or broke it: the kubelet's admission refusal (phase Failed, reason
+  ``OutOfhugepages-2Mi``, ``UnexpectedAdmissionError``, ...), a container that exited non-zero, restarted
+  or crash-looped before the pod settled (its own message, a consumer's error, is kept);
+- **deleted**: gone before either was known.
+
+Only a status is read, never the node: the verdict and the outcome are two views of one pod.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import msgspec
+
+from extender.objects import PodStatus
+
+# A container waiting for one of these is failing on its node (an image still being pulled is not).
+_FAILING_WAITS = frozenset({"CrashLoopBackOff", "RunContainerError", "CreateContainerError"})
+MAX_DETAIL_CHARS = 200  # a status message is the consumer's own: kept short in memory and in the table
+
+
+# The scorecard's cells: shadow's verdict on the chosen node (would reject / would admit) by the outcome.
+CELLS = ("predicted_failed", "predicted_ran", "failed_unpredicted", "ran_as_predicted")
+# Every way a followed pod is counted: a cell, or an end without an outcome (extender.scorecard).
+ENDS = (*CELLS, "deleted", "expired", "dropped")
+
+
+class PodOutcome(StrEnum):
+    RAN = "ran"
+    FAILED = "failed"
+    DELETED = "deleted"
+
+
+class Prediction(msgspec.Struct, frozen=True, gc=False):
+    """What shadow said of the node the scheduler chose: would enforce have turned it away, and why."""
+
+    would_reject: bool
+    why: str  # the reason enforce would have sent, or "room for it"
+    judged_by: str  # "bind" (the bind verb, at bind time) or "watch" (the first event showing the pod bound)
+
+
+class PodSignal(msgspec.Struct, frozen=True, gc=False):
+    """A pod's status reduced to what decides its outcome."""
+
+    ready: bool = False
+    failure: str = ""  # why it failed on its node ("" while no failure shows)
+    succeeded: bool = False
+
+
+class _State(msgspec.Struct, gc=False):
+    exit_code: int | None = msgspec.field(default=None, name="exitCode")
+    reason: str = ""
+    message: str = ""
+
+
+class _ContainerState(msgspec.Struct, gc=False):
+    terminated: _State | None = None
+    waiting: _State | None = None
+
+
+class _ContainerStatus(msgspec.Struct, rename="camel", gc=False):
+    name: str = ""
+    restart_count: int = 0
+    state: _ContainerState = msgspec.field(default_factory=_ContainerState)
+    last_state: _ContainerState = msgspec.field(default_factory=_ContainerState)
+
+
+class _Condition(msgspec.Struct, gc=False):
+    type: str = ""
+    status: str = ""
+
+
+_containers = msgspec.json.Decoder(list[_ContainerStatus])
+_conditions = msgspec.json.Decoder(list[_Condition])
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 3] + "..."
+
+
+def _container_failure(status: _ContainerStatus) -> str:
+    """Why this container failed, "" when it did not (yet)."""
+    terminated = status.state.terminated
+    if terminated is not None and terminated.exit_code:
+        detail = terminated.message or terminated.reason
+        return _short(f"container {status.name} exited with code {terminated.exit_code}: {detail}".rstrip(": "))
+    if status.restart_count > 0:
+        last = status.last_state.terminated
+        said = (last.message or last.reason) if last else ""
+        detail = f" (last exit code {last.exit_code}{': ' + said if said else ''})" if last else ""
+        return _short(f"container {status.name} restarted {status.restart_count} times{detail}")
+    waiting = status.state.waiting
+    if waiting is not None and waiting.reason in _FAILING_WAITS:
+        return _short(f"container {status.name} {waiting.reason}: {waiting.message}".rstrip(": "))
+    return ""
+
+
+def signal_of(status: PodStatus) -> PodSignal:
+    """The pod's status as an outcome reads it. A status it cannot read reads as nothing known yet."""
+    if status.phase == "Failed":
+        why = status.reason or "Failed"
+        return PodSignal(failure=_short(f"{why}: {status.message}" if status.message else why))
+    if status.phase == "Succeeded":
+        return PodSignal(succeeded=True)
+    try:
+        conditions = _conditions.decode(status.conditions) if status.conditions else []
+        containers = [
+            *(_containers.decode(status.init_container_statuses) if status.init_container_statuses else []),
+            *(_containers.decode(status.container_statuses) if status.container_statuses else []),
+        ]
+    except msgspec.DecodeError:
+        return PodSignal()
+    for container in containers:
+        failure = _container_failure(container)
+        if failure:
+            return PodSignal(failure=failure)
+    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    return PodSignal(ready=ready)
+
+
+def outcome_of(signal: PodSignal, *, ready_for: float | None, settle_seconds: float) -> PodOutcome | None:
+    """The outcome a status shows, None while undecided. ``ready_for``: how long the pod has been Ready
+    without a failure (None: not Ready now)."""
+    if signal.failure:
+        return PodOutcome.FAILED
+    if signal.succeeded or (ready_for is not None and ready_for >= settle_seconds):
+        return PodOutcome.RAN
+    return None
+
+
+def outcome_at_deletion(signal: PodSignal | None) -> PodOutcome:
+    """A pod the watch no longer shows: its last status decides (a Failed phase leaves the watch, whose
+    selector keeps active pods, as a deletion), else it was deleted before its outcome."""
+    if signal is not None and signal.failure:
+        return PodOutcome.FAILED
+    if signal is not None and signal.succeeded:
+        return PodOutcome.RAN
+    return PodOutcome.DELETED
+
+
+def cell_of(prediction: Prediction, outcome: PodOutcome) -> str:
+    """The cell of a verdict and an outcome (``deleted`` for a pod gone first)."""
+    if outcome is PodOutcome.DELETED:
+        return "deleted"
+    failed = outcome is PodOutcome.FAILED
+    if prediction.would_reject:
+        return "predicted_failed" if failed else "predicted_ran"
+    return "failed_unpredicted" if failed else "ran_as_predicted"

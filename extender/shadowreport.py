@@ -1,0 +1,95 @@
+"""Shadow's scorecard as ``/debug/shadow`` answers it, read back and printed (``kubectl hugepages shadow``).
+
+The table: per namespace, the four cells over the window (and since the extender started), precision
+and recall; then the last pods of each cell, each with what shadow said of its node and what became of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import msgspec
+
+from extender.errors import ExtenderError
+from extender.podoutcome import CELLS
+
+_TITLES = {
+    "predicted_failed": "predicted, failed",
+    "predicted_ran": "predicted, ran (false alarm)",
+    "failed_unpredicted": "failed, not predicted (miss)",
+    "ran_as_predicted": "ran as predicted",
+}
+
+
+class ShadowReportError(ExtenderError):
+    """An answer that is not a scorecard."""
+
+
+class PodStory(msgspec.Struct, rename="camel", frozen=True):
+    pod: str
+    node: str
+    verdict: str
+    outcome: str
+    judged_by: str
+    seconds_to_outcome: float
+
+
+class Row(msgspec.Struct, frozen=True):
+    window: dict[str, int]
+    total: dict[str, int]
+    precision: float | None
+    recall: float | None
+    awaiting: int
+    pods: dict[str, list[PodStory]]
+
+
+class ShadowReport(msgspec.Struct, rename="camel", frozen=True):
+    settle_seconds: float
+    window_seconds: float
+    followed: int
+    namespaces: dict[str, Row]
+
+
+def parse_shadow_report(body: bytes) -> ShadowReport:
+    try:
+        return msgspec.json.decode(body, type=ShadowReport)
+    except msgspec.DecodeError as error:
+        raise ShadowReportError(f"not a shadow scorecard: {error}") from None
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _table_lines(report: ShadowReport) -> Iterator[str]:
+    head = ("NAMESPACE", *(c.upper() for c in CELLS), "DELETED", "EXPIRED", "PRECISION", "RECALL", "AWAITING")
+    rows = [head]
+    for name, row in report.namespaces.items():
+        counts = [str(row.window.get(end, 0)) for end in (*CELLS, "deleted", "expired")]
+        rows.append((name, *counts, _share(row.precision), _share(row.recall), str(row.awaiting)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    for r in rows:
+        yield "  ".join(value.ljust(width) for value, width in zip(r, widths, strict=True)).rstrip()
+
+
+def render_shadow(report: ShadowReport) -> str:
+    """The table over the window, then the pods behind each cell (the last few, newest first)."""
+    minutes = report.window_seconds / 60
+    lines = [
+        f"Shadow's scorecard over the last {minutes:g} min (a pod ran once Ready for {report.settle_seconds:g} s);"
+        f" {report.followed} pods awaiting their outcome.",
+        "",
+        *_table_lines(report),
+    ]
+    if not report.namespaces:
+        lines.append("(no namespace in shadow mode)")
+    for name, row in report.namespaces.items():
+        for cell in CELLS:
+            stories = row.pods.get(cell, [])
+            if not stories:
+                continue
+            lines += ["", f"{name}: {_TITLES[cell]} ({row.total.get(cell, 0)} since the extender started)"]
+            for story in stories:
+                lines.append(f"  {story.pod} on {story.node}: shadow said {story.verdict} ({story.judged_by});")
+                lines.append(f"    {story.outcome} ({story.seconds_to_outcome:g} s after the verdict)")
+    return "\n".join(lines)
