@@ -82,9 +82,9 @@ class PodStatus(msgspec.Struct, rename="camel", omit_defaults=True):
     reason: str | None = None  # a Failed pod's: the kubelet's admission refusal (OutOfhugepages-2Mi, ...)
     message: str | None = None
     # Left undecoded (a slice of the response): only a shadow pod's are read (extender.podoutcome).
-    conditions: msgspec.Raw | None = None
-    container_statuses: msgspec.Raw | None = None
-    init_container_statuses: msgspec.Raw | None = None
+    conditions: msgspec.Raw = msgspec.Raw()
+    container_statuses: msgspec.Raw = msgspec.Raw()
+    init_container_statuses: msgspec.Raw = msgspec.Raw()
 
 
 class Pod(msgspec.Struct, rename="camel", omit_defaults=True):

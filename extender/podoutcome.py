@@ -102,6 +102,10 @@ def _container_failure(status: _ContainerStatus) -> str:
     return ""
 
 
+def _given(raw: msgspec.Raw) -> bool:
+    return bool(raw) and bytes(raw) != b"null"
+
+
 def signal_of(status: PodStatus) -> PodSignal:
     """The pod's status as an outcome reads it. A status it cannot read reads as nothing known yet."""
     if status.phase == "Failed":
@@ -110,10 +114,10 @@ def signal_of(status: PodStatus) -> PodSignal:
     if status.phase == "Succeeded":
         return PodSignal(succeeded=True)
     try:
-        conditions = _conditions.decode(status.conditions) if status.conditions else []
+        conditions = _conditions.decode(status.conditions) if _given(status.conditions) else []
         containers = [
-            *(_containers.decode(status.init_container_statuses) if status.init_container_statuses else []),
-            *(_containers.decode(status.container_statuses) if status.container_statuses else []),
+            *(_containers.decode(status.init_container_statuses) if _given(status.init_container_statuses) else []),
+            *(_containers.decode(status.container_statuses) if _given(status.container_statuses) else []),
         ]
     except msgspec.DecodeError:
         return PodSignal()

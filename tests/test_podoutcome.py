@@ -1,0 +1,106 @@
+"""A pod's outcome from its watched status (extender.podoutcome)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from extender.objects import Pod
+from extender.podoutcome import (
+    PodOutcome,
+    PodSignal,
+    Prediction,
+    cell_of,
+    outcome_at_deletion,
+    outcome_of,
+    signal_of,
+)
+
+
+def _signal(status: dict[str, Any]) -> PodSignal:
+    """The signal of a pod whose status is ``status``, decoded as the watch decodes it."""
+    pod = msgspec.json.decode(msgspec.json.encode({"metadata": {"name": "p"}, "status": status}), type=Pod)
+    return signal_of(pod.status)
+
+
+def _container(**fields: Any) -> dict[str, Any]:
+    return {"name": "app", "restartCount": 0, "state": {"running": {}}, **fields}
+
+
+READY = [{"type": "Ready", "status": "True"}]
+
+
+def test_a_running_ready_pod_is_ready_and_has_not_failed() -> None:
+    signal = _signal({"phase": "Running", "conditions": READY, "containerStatuses": [_container(ready=True)]})
+    assert signal == PodSignal(ready=True)
+    assert outcome_of(signal, ready_for=None, settle_seconds=30) is None  # Ready only now: not settled
+    assert outcome_of(signal, ready_for=29.9, settle_seconds=30) is None
+    assert outcome_of(signal, ready_for=30, settle_seconds=30) is PodOutcome.RAN
+
+
+def test_the_kubelets_admission_refusal_is_a_failure_with_its_reason() -> None:
+    signal = _signal(
+        {
+            "phase": "Failed",
+            "reason": "OutOfhugepages-2Mi",
+            "message": "Pod was rejected: Node didn't have enough resource: hugepages-2Mi",
+        }
+    )
+    assert signal.failure.startswith("OutOfhugepages-2Mi: Pod was rejected")
+    assert outcome_of(signal, ready_for=None, settle_seconds=30) is PodOutcome.FAILED
+    assert outcome_at_deletion(signal) is PodOutcome.FAILED  # the watch's selector shows it leaving as DELETED
+    assert _signal({"phase": "Failed", "reason": "UnexpectedAdmissionError"}).failure == "UnexpectedAdmissionError"
+
+
+def test_a_container_exiting_non_zero_fails_with_its_own_message() -> None:
+    terminated = {"terminated": {"exitCode": 1, "reason": "Error", "message": "EAL: Cannot get hugepage information"}}
+    signal = _signal({"phase": "Running", "containerStatuses": [_container(name="dpdk", state=terminated)]})
+    assert signal.failure == "container dpdk exited with code 1: EAL: Cannot get hugepage information"
+    assert outcome_of(signal, ready_for=None, settle_seconds=30) is PodOutcome.FAILED
+
+
+def test_a_restart_or_a_crash_loop_fails_even_when_ready_again() -> None:
+    last = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    restarted = _container(name="qemu", restartCount=2, lastState=last)
+    signal = _signal({"phase": "Running", "conditions": READY, "containerStatuses": [restarted]})
+    assert signal.failure == "container qemu restarted 2 times (last exit code 137: OOMKilled)"
+    looping = _container(state={"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}})
+    assert _signal({"phase": "Running", "containerStatuses": [looping]}).failure == (
+        "container app CrashLoopBackOff: back-off 10s"
+    )
+    init = _container(name="setup", state={"terminated": {"exitCode": 2}})
+    assert _signal({"phase": "Pending", "initContainerStatuses": [init]}).failure == (
+        "container setup exited with code 2"
+    )
+
+
+def test_pulling_an_image_or_pending_is_undecided_and_a_deletion_then_counts_as_deleted() -> None:
+    pulling = _container(state={"waiting": {"reason": "ContainerCreating"}})
+    signal = _signal({"phase": "Pending", "containerStatuses": [pulling]})
+    assert signal == PodSignal()
+    assert outcome_of(signal, ready_for=None, settle_seconds=0) is None
+    assert outcome_at_deletion(signal) is PodOutcome.DELETED
+    assert outcome_at_deletion(None) is PodOutcome.DELETED
+
+
+def test_succeeded_ran_and_a_long_message_is_cut() -> None:
+    assert outcome_of(_signal({"phase": "Succeeded"}), ready_for=None, settle_seconds=30) is PodOutcome.RAN
+    long = _signal({"phase": "Failed", "reason": "Evicted", "message": "x" * 1000})
+    assert len(long.failure) == 200 and long.failure.endswith("...")
+
+
+@pytest.mark.parametrize(
+    ("would_reject", "outcome", "cell"),
+    [
+        (True, PodOutcome.FAILED, "predicted_failed"),
+        (True, PodOutcome.RAN, "predicted_ran"),
+        (False, PodOutcome.FAILED, "failed_unpredicted"),
+        (False, PodOutcome.RAN, "ran_as_predicted"),
+        (True, PodOutcome.DELETED, "deleted"),
+        (False, PodOutcome.DELETED, "deleted"),
+    ],
+)
+def test_each_verdict_and_outcome_have_one_cell(would_reject: bool, outcome: PodOutcome, cell: str) -> None:
+    assert cell_of(Prediction(would_reject, "why", "bind"), outcome) == cell
