@@ -36,6 +36,7 @@ ALERTS = {
     "HugepageExtenderFilterErrors",
     "HugepageExtenderFilterSlow",
     "HugepageShadowNamespaceWouldRejectPods",
+    "HugepageShadowPredictedFailures",
     "HugepagePodsPendingTooLong",
     "HugepagePoolsNearlyFull",
     "HugepageNodeReportsStale",

@@ -33,6 +33,7 @@ REQUIRED = {
     "hugepage_extender_waiting_pods",
     "hugepage_extender_waiting_pod_max_age_seconds",
     "hugepage_extender_shadow_rejected_pods_total",
+    "hugepage_extender_shadow_outcomes_total",
 }
 # The node agent's reports add these (stale and missing reports); the node-reports
 # panel queries them already. Nothing else may be missing from the export.
@@ -50,6 +51,7 @@ def exported_series() -> set[str]:
     metrics.binds.labels("bound").inc()
     metrics.events.labels("FailedScheduling").inc()
     metrics.shadow_rejected_pods.labels("payments").inc()
+    metrics.shadow_outcomes.labels("payments", "predicted_failed").inc()
     metrics.watch_pools({"hugepages-2Mi": list})
     metrics.watch_state(ClusterState(Config()))
     text = generate_latest(metrics.registry).decode()
