@@ -88,7 +88,8 @@ def test_pulling_an_image_or_pending_is_undecided_and_a_deletion_then_counts_as_
 def test_succeeded_ran_and_a_long_message_is_cut() -> None:
     assert outcome_of(_signal({"phase": "Succeeded"}), ready_for=None, settle_seconds=30) is PodOutcome.RAN
     long = _signal({"phase": "Failed", "reason": "Evicted", "message": "x" * 1000})
-    assert len(long.failure) == 200 and long.failure.endswith("...")
+    assert len(long.failure) == 200
+    assert long.failure.endswith("...")
 
 
 @pytest.mark.parametrize(

@@ -125,7 +125,8 @@ def test_the_cap_on_pods_followed_drops_the_oldest_counted_as_dropped() -> None:
     for uid in "abc":
         card.judged(uid, "payments", uid, "n1", ADMIT)
     assert card.judged("d", "payments", "d", "n1", ADMIT) == [("payments", "dropped")]
-    assert card.followed == 3 and not card.is_followed("a")
+    assert card.followed == 3
+    assert not card.is_followed("a")
 
 
 def test_a_cells_stories_keep_the_last_few_newest_first() -> None:
