@@ -37,6 +37,7 @@ from extender.logs import configure as configure_logging
 from extender.metrics import Metrics
 from extender.nodeagent.cli import add_parser as add_node_agent_parser
 from extender.objects import Pod
+from extender.policy import Mode
 from extender.server import Extender, create_app, create_liveness_app, create_probe_app, serve_until_stopped
 from extender.snapshot import SnapshotError, load_snapshot
 from extender.tls import CertificateReloader, server_ssl_context
@@ -135,7 +136,9 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
         log.warning(NO_NUDGE_POD)
     metrics.nudge_pod.set(1 if nudger is not None else 0)
     extender = Extender(config, state, metrics, binder=binder, events=events, verify_holds=True, nudger=nudger)
-    informer.pod_seen = extender.pod_seen
+    placement = config.placement
+    if any(p.mode is Mode.SHADOW for p in (placement.defaults, *placement.namespaces.values())):
+        informer.pod_seen = extender.pod_seen  # shadow's scorecard follows its pods (and watches ended ones)
     informer.start(asyncio.get_running_loop())
     metrics.watch_reflectors(informer.reflectors)
     try:

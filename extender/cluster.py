@@ -277,7 +277,7 @@ class ClusterState:
         record = self._pod_record(pod)
         if pod.spec.node_name and self._config.policy_for(pod.metadata.namespace).mode is Mode.SHADOW:
             meta = pod.metadata
-            return msgspec.structs.replace(record, signal=signal_of(pod.status), pod=f"{meta.namespace}/{meta.name}")
+            return msgspec.structs.replace(record, signal=signal_of(pod), pod=f"{meta.namespace}/{meta.name}")
         return record
 
     def _pod_record(self, pod: Pod) -> PodRecord:

@@ -20,6 +20,7 @@ class ObjectMeta(msgspec.Struct, rename="camel", omit_defaults=True):
     uid: str = ""
     resource_version: str = ""
     annotations: dict[str, str] | None = None
+    deletion_timestamp: str | None = None  # being deleted: a shadow pod's outcome is then "deleted"
 
 
 class ResourceRequirements(msgspec.Struct, rename="camel", omit_defaults=True):

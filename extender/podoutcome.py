@@ -18,7 +18,7 @@ from enum import StrEnum
 
 import msgspec
 
-from extender.objects import PodStatus
+from extender.objects import Pod
 
 # A container waiting for one of these is failing on its node (an image still being pulled is not).
 _FAILING_WAITS = frozenset({"CrashLoopBackOff", "RunContainerError", "CreateContainerError"})
@@ -51,6 +51,7 @@ class PodSignal(msgspec.Struct, frozen=True, gc=False):
     ready: bool = False
     failure: str = ""  # why it failed on its node ("" while no failure shows)
     succeeded: bool = False
+    deleting: bool = False  # deleted before its outcome: its containers' ends are the deletion's
 
 
 class _State(msgspec.Struct, gc=False):
@@ -106,8 +107,11 @@ def _given(raw: msgspec.Raw) -> bool:
     return bool(raw) and bytes(raw) != b"null"
 
 
-def signal_of(status: PodStatus) -> PodSignal:
+def signal_of(pod: Pod) -> PodSignal:
     """The pod's status as an outcome reads it. A status it cannot read reads as nothing known yet."""
+    if pod.metadata.deletion_timestamp:
+        return PodSignal(deleting=True)
+    status = pod.status
     if status.phase == "Failed":
         why = status.reason or "Failed"
         return PodSignal(failure=_short(f"{why}: {status.message}" if status.message else why))
@@ -132,6 +136,8 @@ def signal_of(status: PodStatus) -> PodSignal:
 def outcome_of(signal: PodSignal, *, ready_for: float | None, settle_seconds: float) -> PodOutcome | None:
     """The outcome a status shows, None while undecided. ``ready_for``: how long the pod has been Ready
     without a failure (None: not Ready now)."""
+    if signal.deleting:
+        return PodOutcome.DELETED
     if signal.failure:
         return PodOutcome.FAILED
     if signal.succeeded or (ready_for is not None and ready_for >= settle_seconds):
@@ -139,14 +145,18 @@ def outcome_of(signal: PodSignal, *, ready_for: float | None, settle_seconds: fl
     return None
 
 
-def outcome_at_deletion(signal: PodSignal | None) -> PodOutcome:
-    """A pod the watch no longer shows: its last status decides (a Failed phase leaves the watch, whose
-    selector keeps active pods, as a deletion), else it was deleted before its outcome."""
+def outcome_at_deletion(signal: PodSignal | None) -> PodOutcome | None:
+    """A pod the watch of active pods no longer shows: its last status decides; None when it does not. A
+    pod that turned Failed or Succeeded leaves that watch as a deletion carrying its status from before
+    (the API server's watch cache sends the previous object), so only the watch of ended pods
+    (``informer.ENDED_PODS``) can tell it from one deleted."""
+    if signal is not None and signal.deleting:
+        return PodOutcome.DELETED
     if signal is not None and signal.failure:
         return PodOutcome.FAILED
     if signal is not None and signal.succeeded:
         return PodOutcome.RAN
-    return PodOutcome.DELETED
+    return None
 
 
 def cell_of(prediction: Prediction, outcome: PodOutcome) -> str:

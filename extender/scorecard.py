@@ -29,6 +29,9 @@ from extender.podoutcome import CELLS, ENDS, PodOutcome, PodSignal, Prediction, 
 MAX_FOLLOWED = 20_000  # pods awaiting their outcome; 100,000 pods an hour settle in minutes (docs/performance.md)
 STORIES_PER_CELL = 5
 WINDOW_BUCKETS = 60
+# A pod that left the watch of active pods is deleted unless the watch of ended pods shows it Failed or
+# Succeeded within this time (the two watches' events come in no set order between them).
+GONE_GRACE_SECONDS = 5.0
 
 
 @dataclass(slots=True)
@@ -120,6 +123,7 @@ class Scorecard:
         self._bucket_seconds = window_seconds / WINDOW_BUCKETS
         self._followed: dict[str, _Followed] = {}  # in the order judged: the oldest first
         self._ready: dict[str, float] = {}  # followed pods Ready now, in the order they became Ready
+        self._gone: dict[str, float] = {}  # followed pods the watch of active pods no longer shows, since when
         self.rows: dict[str, _Row] = {row: _Row() for row in rows}
 
     @property
@@ -147,6 +151,7 @@ class Scorecard:
         """A verdict whose bind failed: the pod is not on that node, and is not counted."""
         if self._followed.pop(uid, None) is not None:
             self._ready.pop(uid, None)
+            self._gone.pop(uid, None)
 
     def seen(self, uid: str, signal: PodSignal, *, deleted: bool = False) -> list[tuple[str, str]]:
         """A watch event of a followed pod (others are ignored); returns what was counted."""
@@ -154,9 +159,14 @@ class Scorecard:
         if followed is None:
             return []
         followed.signal = signal
-        if deleted:
-            return [self._end(uid, cell_of(followed.prediction, outcome_at_deletion(signal)))]
         now = self._clock()
+        if deleted:
+            outcome = outcome_at_deletion(signal)
+            if outcome is not None:
+                return [self._end(uid, cell_of(followed.prediction, outcome))]
+            # Deleted, or turned Failed or Succeeded: the watch of ended pods says which within moments.
+            self._gone.setdefault(uid, now)
+            return []
         if signal.ready and not signal.failure:
             if followed.ready_since is None:
                 followed.ready_since = now
@@ -169,8 +179,8 @@ class Scorecard:
         return [] if outcome is None else [self._end(uid, cell_of(followed.prediction, outcome))]
 
     def tick(self) -> list[tuple[str, str]]:
-        """Pods Ready for the settle time ran; pods without an outcome for the window expire. O(1) when
-        nothing is due: both dicts are in time order."""
+        """Pods Ready for the settle time ran; pods gone from the watch without an outcome were deleted;
+        pods without an outcome for the window expire. O(1) when nothing is due: the dicts are in time order."""
         now = self._clock()
         ended = []
         while self._ready:
@@ -178,6 +188,11 @@ class Scorecard:
             if now - since < self.settle_seconds:
                 break
             ended.append(self._end(uid, cell_of(self._followed[uid].prediction, PodOutcome.RAN)))
+        while self._gone:
+            uid, since = next(iter(self._gone.items()))
+            if now - since < GONE_GRACE_SECONDS:
+                break
+            ended.append(self._end(uid, "deleted"))
         while self._followed:
             uid, followed = next(iter(self._followed.items()))
             if now - followed.judged_at < self.window_seconds:
@@ -188,6 +203,7 @@ class Scorecard:
     def _end(self, uid: str, end: str) -> tuple[str, str]:
         followed = self._followed.pop(uid)
         self._ready.pop(uid, None)
+        self._gone.pop(uid, None)
         now = self._clock()
         row = self.rows[followed.row]
         row.count(end, int(now // self._bucket_seconds))

@@ -19,10 +19,10 @@ from extender.podoutcome import (
 )
 
 
-def _signal(status: dict[str, Any]) -> PodSignal:
+def _signal(status: dict[str, Any], **metadata: str) -> PodSignal:
     """The signal of a pod whose status is ``status``, decoded as the watch decodes it."""
-    pod = msgspec.json.decode(msgspec.json.encode({"metadata": {"name": "p"}, "status": status}), type=Pod)
-    return signal_of(pod.status)
+    document = {"metadata": {"name": "p", **metadata}, "status": status}
+    return signal_of(msgspec.json.decode(msgspec.json.encode(document), type=Pod))
 
 
 def _container(**fields: Any) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def test_the_kubelets_admission_refusal_is_a_failure_with_its_reason() -> None:
     )
     assert signal.failure.startswith("OutOfhugepages-2Mi: Pod was rejected")
     assert outcome_of(signal, ready_for=None, settle_seconds=30) is PodOutcome.FAILED
-    assert outcome_at_deletion(signal) is PodOutcome.FAILED  # the watch's selector shows it leaving as DELETED
+    assert outcome_at_deletion(signal) is PodOutcome.FAILED
     assert _signal({"phase": "Failed", "reason": "UnexpectedAdmissionError"}).failure == "UnexpectedAdmissionError"
 
 
@@ -76,13 +76,22 @@ def test_a_restart_or_a_crash_loop_fails_even_when_ready_again() -> None:
     )
 
 
-def test_pulling_an_image_or_pending_is_undecided_and_a_deletion_then_counts_as_deleted() -> None:
+def test_pulling_an_image_is_undecided_even_when_the_pod_leaves_the_watch_of_active_pods() -> None:
     pulling = _container(state={"waiting": {"reason": "ContainerCreating"}})
     signal = _signal({"phase": "Pending", "containerStatuses": [pulling]})
     assert signal == PodSignal()
     assert outcome_of(signal, ready_for=None, settle_seconds=0) is None
+    # Deleted, or turned Failed: that watch sends the status from before either way.
+    assert outcome_at_deletion(signal) is None
+    assert outcome_at_deletion(None) is None
+
+
+def test_a_pod_being_deleted_is_deleted_whatever_its_containers_say() -> None:
+    killed = _container(state={"terminated": {"exitCode": 143, "reason": "Error"}})
+    signal = _signal({"phase": "Running", "containerStatuses": [killed]}, deletionTimestamp="2026-12-02T13:00:00Z")
+    assert signal == PodSignal(deleting=True)
+    assert outcome_of(signal, ready_for=None, settle_seconds=0) is PodOutcome.DELETED
     assert outcome_at_deletion(signal) is PodOutcome.DELETED
-    assert outcome_at_deletion(None) is PodOutcome.DELETED
 
 
 def test_succeeded_ran_and_a_long_message_is_cut() -> None:

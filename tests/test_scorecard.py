@@ -7,7 +7,7 @@ import random
 import pytest
 
 from extender.podoutcome import CELLS, ENDS, PodSignal, Prediction
-from extender.scorecard import STORIES_PER_CELL, Scorecard, precision_recall
+from extender.scorecard import GONE_GRACE_SECONDS, STORIES_PER_CELL, Scorecard, precision_recall
 
 SETTLE, WINDOW = 30.0, 3600.0
 REJECT = Prediction(would_reject=True, why="Insufficient hugepages-2Mi", judged_by="bind")
@@ -45,7 +45,7 @@ def test_each_cell_from_a_verdict_and_what_the_watch_then_shows() -> None:
     assert card.seen("b", READY) == []  # Ready now: it must still run for the settle time
     assert card.seen("c", FAILED) == [("payments", "failed_unpredicted")]
     assert card.seen("d", READY) == []
-    assert card.seen("e", PodSignal(), deleted=True) == [("payments", "deleted")]
+    assert card.seen("e", PodSignal(deleting=True)) == [("payments", "deleted")]
     clock.now += SETTLE - 1
     assert card.tick() == []
     clock.now += 1
@@ -73,7 +73,24 @@ def test_the_first_verdict_stands_and_later_events_of_a_counted_pod_count_nothin
     assert card.seen("a", FAILED) == [("payments", "failed_unpredicted")]
     assert card.seen("a", FAILED) == []
     assert card.seen("a", PodSignal(), deleted=True) == []
+    card.tick()
     assert card.seen("never-judged", FAILED) == []
+
+
+def test_a_pod_gone_from_the_active_watch_is_deleted_unless_the_ended_watch_soon_shows_it_failed() -> None:
+    clock = Clock()
+    card = _card(clock)
+    card.judged("refused", "payments", "refused", "n1", REJECT)
+    card.judged("gone", "payments", "gone", "n1", REJECT)
+    # Both leave the watch of active pods as deletions carrying their status from before.
+    assert card.seen("refused", PodSignal(), deleted=True) == []
+    assert card.seen("gone", PodSignal(), deleted=True) == []
+    clock.now += GONE_GRACE_SECONDS / 2
+    assert card.seen("refused", FAILED) == [("payments", "predicted_failed")]  # the watch of ended pods
+    assert card.tick() == []
+    clock.now += GONE_GRACE_SECONDS / 2
+    assert card.tick() == [("payments", "deleted")]
+    assert card.followed == 0
 
 
 def test_ready_lost_before_the_settle_time_starts_it_over_and_a_failure_in_it_fails() -> None:
@@ -150,7 +167,7 @@ def test_every_pod_is_counted_once_in_the_cell_its_verdict_and_outcome_make(seed
         uid = f"u{i}"
         prediction = rng.choice((REJECT, ADMIT))
         ended += card.judged(uid, "payments", uid, "n1", prediction)
-        fate = rng.choice(("failed", "ran", "deleted", "never"))
+        fate = rng.choice(("failed", "ran", "deleted", "refused", "never"))
         if fate == "failed":
             ended += card.seen(uid, READY) + card.seen(uid, FAILED)
             expected["predicted_failed" if prediction.would_reject else "failed_unpredicted"] += 1
@@ -160,6 +177,9 @@ def test_every_pod_is_counted_once_in_the_cell_its_verdict_and_outcome_make(seed
         elif fate == "deleted":
             ended += card.seen(uid, PodSignal(), deleted=True)
             expected["deleted"] += 1
+        elif fate == "refused":
+            ended += card.seen(uid, PodSignal(), deleted=True) + card.seen(uid, FAILED)
+            expected["predicted_failed" if prediction.would_reject else "failed_unpredicted"] += 1
         else:
             expected["expired"] += 1
         clock.now += rng.uniform(0, 2)

@@ -46,6 +46,11 @@ def freeze_cache() -> None:
 # finishes as DELETED, so the state never even sees it.
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
+# Pods that turned Failed or Succeeded, for shadow's scorecard: the watch of active pods shows such a pod
+# leaving as DELETED with its status from before, and the kubelet's admission refusal is a Failed phase.
+# Nothing is kept of them: each event passes to ``pod_seen``.
+ENDED_PODS = "status.phase!=Pending,status.phase!=Running,status.phase!=Unknown"
+
 NodeRecord = tuple[str, NodeCapacity]
 REPORT_EXPIRY_SECONDS = 2.0
 
@@ -100,6 +105,16 @@ class ClusterInformer:
             **self._timeouts,  # type: ignore[arg-type]
         )
         self.reflectors = {"nodes": nodes, "pods": pods}
+        if self.pod_seen is not None:
+            seen = self.pod_seen
+            ended: Reflector[Pod, PodRecord] = Reflector(
+                Resource("ended pods", self._core.list_pod_for_all_namespaces, Pod, self._pod_record, ENDED_PODS),
+                Handlers(lambda records: None, lambda record: seen(record, False), lambda record: None),
+                post,
+                stop=self._stop,
+                **self._timeouts,  # type: ignore[arg-type]
+            )
+            self.reflectors["ended-pods"] = ended
         if self._node_reports:
             self._expire_reports_every(loop, REPORT_EXPIRY_SECONDS)
             list_reports = functools.partial(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
