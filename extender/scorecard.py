@@ -81,6 +81,8 @@ class _Row:
         self.total[end] += 1
         if not self.buckets or self.buckets[-1][0] != bucket:
             self.buckets.append((bucket, dict.fromkeys(ENDS, 0)))
+            while self.buckets[0][0] <= bucket - WINDOW_BUCKETS:  # past the window, read or not
+                self.buckets.popleft()
         self.buckets[-1][1][end] += 1
 
     def in_window(self, oldest: int) -> dict[str, int]:
