@@ -13,6 +13,7 @@ from benchmarks import (
     in_flight,
     node_reports,
     scale,
+    scorecard,
 )
 from benchmarks.cluster import node_documents, request_body
 from benchmarks.null_extender import field_skipping_decode, floor_prioritize, null_filter, null_prioritize
@@ -153,3 +154,11 @@ def test_in_flight_benchmark_runs_every_case_with_pods_in_flight() -> None:
     for row in rows:
         assert 0 < row["x min"] <= row["x none"] <= row["x max"]
         assert row["held pods"] == "20-24"
+
+
+def test_scorecard_benchmark_samples_its_memory_and_its_worst_case_stops_at_the_cap() -> None:
+    kept = scorecard.simulate(36_000, 0.2)
+    assert kept["placed"] == 7200
+    assert [s["hour"] for s in kept["samples"]] == [0.17]
+    worst = scorecard.simulate(360_000, 0.2, outcomes=False)
+    assert worst["samples"][-1]["followed"] == scorecard.MAX_FOLLOWED

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from extender import kubectl_plugin
 from extender.cli import main
 from tests.conftest import ROOT
 
@@ -192,3 +193,11 @@ def test_sample_size_beyond_holds_is_accepted_with_bind(tmp_path: Path) -> None:
     code, err = _serve_fails(["serve", "--example", "--config", "k0.yaml", "--enable-bind"], tmp_path)
     assert code == 2
     assert "--enable-bind needs a cluster" in err
+
+
+def test_kubectl_hugepages_shadow_needs_the_running_extender(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HUGEPAGE_EXTENDER_URL", raising=False)
+    assert kubectl_plugin.main(["shadow", "payments"]) == 1
+    assert "give --extender or --extender-service" in capsys.readouterr().err
