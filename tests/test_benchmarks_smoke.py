@@ -17,6 +17,7 @@ from benchmarks import (
 )
 from benchmarks.cluster import node_documents, request_body
 from benchmarks.null_extender import field_skipping_decode, floor_prioritize, null_filter, null_prioritize
+from extender.scorecard import MAX_FOLLOWED
 
 NODES = 50
 TINY = {"names": http_decision.Budget(3, 0.0, 2.0), "nodes": http_decision.Budget(3, 0.0, 2.0)}
@@ -161,4 +162,4 @@ def test_scorecard_benchmark_samples_its_memory_and_its_worst_case_stops_at_the_
     assert kept["placed"] == 7200
     assert [s["hour"] for s in kept["samples"]] == [0.17]
     worst = scorecard.simulate(360_000, 0.2, outcomes=False)
-    assert worst["samples"][-1]["followed"] == scorecard.MAX_FOLLOWED
+    assert worst["samples"][-1]["followed"] == worst["max_followed"] == MAX_FOLLOWED
