@@ -220,7 +220,7 @@ def test_the_extender_judges_a_pod_first_shown_bound_against_the_pool_without_it
         state.apply_pod(waiting)
         extender.verbs.filter_pod(waiting, ["a"])
         for pod in (make_pod(name, "team", hugepages="512Mi", node="a", phase="Running"), _with(waiting, **status)):
-            record = state.pod_record(pod)
+            record = state.with_signal(state.pod_record(pod), pod)
             extender.pod_seen(record, False)
             state.apply_pod_record(record)
         return f"team/{name}"
