@@ -76,7 +76,12 @@ def test_room_asked_before_bytes_are_made_waits_for_cut_bytes_to_be_let_go_of() 
     count as dying until their owner lets go of them, and room waits for them."""
     cut: list[str] = []
     ledger = BufferLedger(limit=100)
-    kept = ledger.open(KEPT, lambda _: (cut.append("kept"), ledger.close(kept)), now=0.0)
+
+    def drop_kept(reason: str) -> None:
+        cut.append("kept")
+        ledger.close(kept)  # dropped at once: nothing to unwind
+
+    kept = ledger.open(KEPT, drop_kept, now=0.0)
     ledger.grow(kept, 20, now=0.0)
     unread = ledger.open(ANSWER, lambda _: cut.append("unread"), now=1.0)
     ledger.grow(unread, 40, now=1.0)
