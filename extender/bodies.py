@@ -3,7 +3,7 @@
 
 What a body holds counts from the time it arrives until its verb has answered: its bytes as they
 arrive, then, while its request is decided, the plain bytes an encoded body inflates to, each
-piece counted before it is made, and each copy (the pieces joined) before it is made too. A body
+piece counted before it is made, and the pieces' joined copy before it is made too. A body
 whose bytes the budget cannot make room for now is refused (503) before they are made: a gzip'ed
 body of a few hundred KiB on the wire inflates to ``maxRequestBytes``, and six of them arriving
 together counted only their wire bytes while each was inflated and decided at full size.
@@ -131,9 +131,9 @@ async def _receive(request: web.Request, limit: int, ledger: BufferLedger | None
             chunks.append(chunk)
             if ledger is not None and holding is not None:
                 ledger.grow(holding, len(chunk), time.monotonic())
-        if ledger is None or holding is None or len(chunks) < 2:
-            return b"".join(chunks)
-        return await _joined(chunks, size, ledger, holding)
+        # Joined without asking for room: a body arriving beside it (the next request of a slow
+        # reader, a scheduler's) would be cut for its copy, which lives only while it is decided.
+        return b"".join(chunks)
     except BaseException:
         # The stream keeps the error, whose traceback keeps this frame, which keeps the request
         # and so the stream: a cycle, freed only by a full collection. A cut 31 MiB body stayed.

@@ -196,4 +196,5 @@ class BufferLedger:
         return [h for h in self._holdings.values() if h.kind == kind and now - h.since > older_than]
 
     def __len__(self) -> int:
-        return len(self._holdings)
+        """Holdings for clients (the kept lists are the process's own)."""
+        return sum(1 for h in self._holdings.values() if h.kind != KEPT)
