@@ -23,13 +23,14 @@ from dataclasses import asdict, dataclass, field
 
 import msgspec
 
+from extender.answer import Reasons
 from extender.capacity import UNKNOWN_ACCOUNT, Fit, NodeAccount, fits, hugepages_for
 from extender.cluster import ClusterState
-from extender.decision import Reasons, SizeView, size_verdict
 from extender.diagnostics import NodeHolds, with_holds
 from extender.objects import Pod
 from extender.podrequest import PodDemand
 from extender.policy import Policy
+from extender.reference import SizeView, size_verdict
 from extender.reports import ReportState, ReportView
 from extender.scoring import node_load, priority
 

@@ -47,18 +47,17 @@ from extender.decision import (
     HostScores,
     Outcome,
     Reasons,
-    SizeView,
     filter_nodes,
     filter_sizes,
     prioritize_nodes,
     prioritize_sizes,
-    size_verdict,
 )
 from extender.holds import HOLD_LIMIT
 from extender.objects import Pod
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.reach import UNCONSTRAINED, PodReach, pod_reach
+from extender.reference import SizeView, size_verdict
 from extender.window import WindowRetries, room_anywhere, through_enforce_entry
 
 RECENT_PODS = 10_000  # pods between filter and bind; far more than a scheduler has in flight
