@@ -111,10 +111,15 @@ def _scanned(
     sample: Sample[str], rejected_at: npt.NDArray[np.intp], candidates: Sequence[str], views: Sequence[SizeView]
 ) -> FilterDecision:
     """A widened scan judged on the columns that kept some: its rejected (hundreds on a nearly full
-    cluster, by position) classified on the columns, their names selected only if read."""
+    cluster, by position) classified on the columns. Names read in place keep their slots, so the
+    rejected are read off them by position, and named only if read; others are named first."""
     at = np.sort(rejected_at)
-    verdicts = verdicts_on_columns(candidates, views, at)
-    rejections = rejections_on_columns(candidates, verdicts, mode=Mode.ENFORCE, at=at)
+    if isinstance(candidates, NameList):
+        rejections = rejections_on_columns(
+            candidates, verdicts_on_columns(candidates, views, at), mode=Mode.ENFORCE, at=at
+        )
+    else:
+        rejections = rejections_by_name([candidates[position] for position in at.tolist()], views)
     examined = Examined(len(sample.kept) + len(at), sample.exhausted, sample.widened)
     return _answer(candidates, sample.kept, rejections, examined, views=views, mode=Mode.ENFORCE)
 
@@ -137,17 +142,24 @@ def admitted(candidates: Sequence[str], views: Sequence[SizeView]) -> Mask:
 
 
 @dataclass(frozen=True, slots=True)
-class ColumnVerdicts:
-    """The verdicts of some candidates over every size, combined as ``reference.size_verdict``
-    combines them: a node's verdict is its first size that could never hold the pod, else its
-    first size without room now."""
+class SizeColumns:
+    """One size's columns read for the candidates: where each one's slot is, and whether that
+    pool has room for the pod now, or never could have (its ceiling)."""
 
-    admitted: Mask
+    view: SizeView
+    slots: npt.NDArray[np.intp]
+    room: Mask
+    never: Mask  # only ever where there is no room
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnVerdicts:
+    """The candidates' verdicts over every size the pod needs, from the columns."""
+
+    sizes: list[SizeColumns]
+    admitted: Mask  # room in every size
     never: Mask  # unresolvable in some size
     rejected: int  # how many are not admitted (each candidate given counted)
-    short: Groups  # per size: those short of room whose verdict comes from it, by its reason
-    causes: Groups  # per size and cause (fits' order): those unresolvable whose verdict comes from it
-    never_by_size: list[Mask]  # per size: those unresolvable whose verdict comes from it
 
 
 def verdicts_on_columns(
@@ -155,37 +167,42 @@ def verdicts_on_columns(
 ) -> ColumnVerdicts:
     """Every size's verdicts for the candidates (those at positions ``at``, when given) from its
     columns: headroom for room, the ceiling for never."""
-    count = len(candidates) if at is None else len(at)
-    admitted = np.ones(count, dtype=bool)
-    any_never = np.zeros(count, dtype=bool)
-    any_short = np.zeros(count, dtype=bool)
-    short: Groups = []
-    causes: Groups = []
-    never_by_size: list[Mask] = []
+    sizes: list[SizeColumns] = []
     for view in views:
         columns = cast("NodeColumns", view.columns)
         slots = columns.slots(candidates) if at is None else columns.slots(candidates)[at]
         room = view.need <= columns.column("headroom")[slots]
-        never = view.need > columns.column("ceiling")[slots]  # only ever where there is no room
-        admitted &= room
-        first_never = never & ~any_never
-        any_never |= never
-        short.append((view.reasons.insufficient, ~room & ~never & ~any_short))
-        any_short |= ~room & ~never
-        never_by_size.append(first_never)
-        if first_never.any():
-            causes += unresolvable_causes(view, slots, first_never)
-    short = [(reason, mask & ~any_never) for reason, mask in short]
-    rejected = count - int(np.count_nonzero(admitted))
-    return ColumnVerdicts(admitted, any_never, rejected, short, causes, never_by_size)
+        sizes.append(SizeColumns(view, slots, room, view.need > columns.column("ceiling")[slots]))
+    admitted, never = sizes[0].room, sizes[0].never
+    for size in sizes[1:]:
+        admitted, never = admitted & size.room, never | size.never
+    return ColumnVerdicts(sizes, admitted, never, len(admitted) - int(np.count_nonzero(admitted)))
 
 
-def unresolvable_causes(view: SizeView, slots: npt.NDArray[np.intp], never: Mask) -> Groups:
+def verdict_sizes(verdicts: ColumnVerdicts) -> list[tuple[SizeColumns, Mask, Mask]]:
+    """Per size, the rejected whose verdict comes from it, as ``reference.size_verdict`` combines
+    sizes: (short of room now: its first size without room, unresolvable in none; never: its first
+    size no pod leaving could make room in)."""
+    if len(verdicts.sizes) == 1:
+        size = verdicts.sizes[0]
+        return [(size, ~size.room & ~size.never, size.never)]
+    short_before = np.zeros_like(verdicts.admitted)
+    never_before = np.zeros_like(verdicts.admitted)
+    combined = []
+    for size in verdicts.sizes:
+        short = ~size.room & ~size.never
+        combined.append((size, short & ~short_before & ~verdicts.never, size.never & ~never_before))
+        short_before |= short
+        never_before |= size.never
+    return combined
+
+
+def unresolvable_causes(size: SizeColumns, never: Mask) -> Groups:
     """The nodes no pod leaving could make room in, by cause, in ``fits``' order: no pool, the
-    whole pool too small, what pages held outside pods leave of it too small; a mask each over ``slots``."""
-    columns = cast("NodeColumns", view.columns)
-    total = columns.column("total_pages")[slots]
-    page = columns.column("page_size")[slots]
+    whole pool too small, what pages held outside pods leave of it too small; a mask each over the slots."""
+    view, columns = size.view, cast("NodeColumns", size.view.columns)
+    total = columns.column("total_pages")[size.slots]
+    page = columns.column("page_size")[size.slots]
     need_pages = np.where(page > 0, -(-view.need // np.maximum(page, 1)), 0)  # never a division by 0
     no_pool = never & ((total <= 0) | (page <= 0))
     exceeds = never & ~no_pool & (need_pages > total)
@@ -208,19 +225,32 @@ def rejections_on_columns(
     In shadow only counted, per candidate given."""
     never = int(np.count_nonzero(verdicts.never))
     if mode is Mode.SHADOW or not verdicts.rejected:
-        return Rejections({}, {}, verdicts.rejected - never, never, _by_size(verdicts))
+        return Rejections({}, {}, verdicts.rejected - never, never, _counted(verdicts))
+    combined = verdict_sizes(verdicts)
+    short, causes = _reason_groups(combined)
     if isinstance(candidates, NameList):
         names = candidates.array()
         if candidates.distinct():
-            failed = RejectedByReason(names, verdicts.short, at)
-            unresolvable = RejectedByReason(names, verdicts.causes, at)
-            return Rejections(failed, unresolvable, verdicts.rejected - never, never, _by_size(verdicts))
+            failed, unresolvable = RejectedByReason(names, short, at), RejectedByReason(names, causes, at)
+            return Rejections(failed, unresolvable, verdicts.rejected - never, never, _by_size(combined))
     elif names is None:
         names = np.array(candidates, dtype=object)
     given = names if at is None else names[at]
-    named_failed, named_unresolvable = _named(given, verdicts.short), _named(given, verdicts.causes)
-    by_size = _by_size(verdicts, given)
+    named_failed, named_unresolvable = _named(given, short), _named(given, causes)
+    by_size = _by_size(combined, given)
     return Rejections(named_failed, named_unresolvable, len(named_failed), len(named_unresolvable), by_size)
+
+
+def _reason_groups(combined: list[tuple[SizeColumns, Mask, Mask]]) -> tuple[Groups, Groups]:
+    """The rejected by reason: short of room now (each size's own reason), and never (by cause)."""
+    short = [(size.view.reasons.insufficient, mask) for size, mask, _ in combined]
+    causes = [cause for size, _, first in combined if first.any() for cause in unresolvable_causes(size, first)]
+    return short, causes
+
+
+def _counted(verdicts: ColumnVerdicts) -> SizeCounts:
+    """``Rejections.by_size`` per candidate given (shadow, or nothing rejected); over one size, nothing to split."""
+    return _by_size(verdict_sizes(verdicts)) if len(verdicts.sizes) > 1 else ()
 
 
 def _named(names: npt.NDArray[np.object_], groups: Groups) -> Mapping[str, str]:
@@ -230,14 +260,16 @@ def _named(names: npt.NDArray[np.object_], groups: Groups) -> Mapping[str, str]:
     return named
 
 
-def _by_size(verdicts: ColumnVerdicts, names: npt.NDArray[np.object_] | None = None) -> SizeCounts:
-    """``Rejections.by_size``: per candidate given, or per name (``names``); empty over one size."""
-    if len(verdicts.never_by_size) == 1:
+def _by_size(
+    combined: list[tuple[SizeColumns, Mask, Mask]], names: npt.NDArray[np.object_] | None = None
+) -> SizeCounts:
+    """``Rejections.by_size`` from ``verdict_sizes``: per candidate given, or per name (``names``);
+    empty over one size."""
+    if len(combined) == 1:
         return ()
-    pairs = zip(verdicts.short, verdicts.never_by_size, strict=True)
     if names is None:
-        return tuple((int(np.count_nonzero(short)), int(np.count_nonzero(never))) for (_, short), never in pairs)
-    return tuple((len(set(names[short].tolist())), len(set(names[never].tolist()))) for (_, short), never in pairs)
+        return tuple((int(np.count_nonzero(short)), int(np.count_nonzero(never))) for _, short, never in combined)
+    return tuple((len(set(names[short].tolist())), len(set(names[never].tolist()))) for _, short, never in combined)
 
 
 def scores_on_columns(

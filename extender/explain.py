@@ -12,7 +12,7 @@ for pod events. With the node agents' records it shows, per node, what the
 node itself reported and how old that is, and whether the extender used it.
 
 A pod asking pages of several sizes gets one table per size and, per node, the
-verdict the filter gives over them all (``decision.size_verdict``, the filter's own).
+verdict the filter gives over them all (``reference.size_verdict``, the filter's own).
 """
 
 from __future__ import annotations

@@ -16,11 +16,21 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from extender.answer import Examined, FilterDecision, HostScores, Reasons, Rejections, SizeCounts, filter_answer
-from extender.capacity import UNBOUNDED, UNKNOWN_ACCOUNT, Fit, NodeAccount, fits, headroom_bytes, numa_headroom_bytes
+from extender.capacity import (
+    UNBOUNDED,
+    UNKNOWN_ACCOUNT,
+    Fit,
+    NodeAccount,
+    ceiling_bytes,
+    fits,
+    headroom_bytes,
+    numa_headroom_bytes,
+)
 from extender.columns import NodeColumns
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
@@ -121,29 +131,53 @@ def size_verdict(views: Sequence[SizeView], name: str, *, numa: bool) -> tuple[F
     """A node's verdict over every size the pod needs, and the size it comes from: the first
     size no pod leaving could make room in, else the first without room now, else the first
     (every size admits)."""
-    verdicts = [(fits(account_of(view, name), view.need, numa_aligned=numa), view) for view in views]
-    for verdict, view in verdicts:
+    first: tuple[Fit, SizeView] | None = None
+    short: tuple[Fit, SizeView] | None = None
+    for view in views:
+        verdict = fits(account_of(view, name), view.need, numa_aligned=numa)
         if verdict.unresolvable:
             return verdict, view
-    for verdict, view in verdicts:
-        if not verdict.admits:
-            return verdict, view
-    return verdicts[0]
+        if short is None and not verdict.admits:
+            short = verdict, view
+        first = first or (verdict, view)
+    return cast("tuple[Fit, SizeView]", short or first)
 
 
 def rejections_of(rejected: Sequence[str], views: Sequence[SizeView], *, numa: bool, mode: Mode) -> Rejections:
     """The rejected nodes, each with the reason of its verdict (``size_verdict``): short of room
     now, or never. In shadow only counted, per candidate given."""
-    verdicts = {name: size_verdict(views, name, numa=numa) for name in rejected}  # a name given twice: once
+    verdict_of = _verdict_of_rejected(views, numa=numa)
     if mode is Mode.SHADOW:
-        given = [verdicts[name] for name in rejected]
+        given = [verdict_of(name) for name in rejected]
         exceeds = sum(1 for verdict, _ in given if verdict.unresolvable)
         return Rejections({}, {}, len(given) - exceeds, exceeds, counts_by_size(views, given))
+    verdicts: dict[str, tuple[Fit, SizeView]] = {}  # a name given twice is one node
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    for name, (verdict, view) in verdicts.items():
-        (unresolvable if verdict.unresolvable else failed)[name] = view.reasons.of(verdict)
+    for name in rejected:
+        verdict, view = verdicts[name] = verdict_of(name)
+        if verdict is Fit.INSUFFICIENT:  # the usual one, told by identity (an Enum's hash is a Python call)
+            failed[name] = view.reasons.insufficient
+        else:
+            (unresolvable if verdict.unresolvable else failed)[name] = view.reasons.of(verdict)
     return Rejections(failed, unresolvable, len(failed), len(unresolvable), counts_by_size(views, verdicts.values()))
+
+
+def _verdict_of_rejected(views: Sequence[SizeView], *, numa: bool) -> Callable[[str], tuple[Fit, SizeView]]:
+    """``size_verdict`` of a node admission turned away. Over one size (the usual case), a node
+    within its ceiling (what its pool less the pages held outside pods could ever hold) is short of
+    room now, Fit.INSUFFICIENT, without ``fits``: a cluster of full nodes costs one comparison each
+    (tests/test_properties.py holds ``ceiling_bytes`` to ``fits``' unresolvable verdicts)."""
+    if len(views) > 1 or numa:  # several sizes; or a NUMA node's room, which only fits tells from the pool's
+        return lambda name: size_verdict(views, name, numa=numa)
+    view = views[0]
+    need, accounts = view.need, view.accounts
+
+    def one_size(name: str) -> tuple[Fit, SizeView]:
+        account = accounts.get(name, UNKNOWN_ACCOUNT)
+        return (Fit.INSUFFICIENT if need <= ceiling_bytes(account) else fits(account, need)), view
+
+    return one_size
 
 
 def counts_by_size(views: Sequence[SizeView], verdicts: Iterable[tuple[Fit, SizeView]]) -> SizeCounts:

@@ -328,7 +328,7 @@ class ExtenderVerbs:
 
     def room_at_bind(self, uid: str, node: str) -> str | None:
         """Why ``node`` no longer holds the filtered pod ``uid``, None when it does: its filter's
-        verdict (``decision.size_verdict``, the capacity helper ``fits`` over every size the pod
+        verdict (``reference.size_verdict``, the capacity helper ``fits`` over every size the pod
         asks, one NUMA node where its policy pins it) with every account and hold counted but the
         pod's own, and the holds a pod the watch shows never sees (those of pods it has not shown)
         left out as its filter leaves them. Only enforce refuses: shadow and off change no decision."""
