@@ -1,7 +1,7 @@
 """Bystanders with the secondary scheduler (e2e/kind/values.yaml, the release run.sh installs):
 a hugepage DaemonSet of the default scheduler, a hugepage pod of a third scheduler and a plain
 pod, in an enforcing, a shadow and an off namespace, are never marked and are placed exactly as
-without the chart, installed, after ``helm upgrade`` flips a namespace (enforce -> off), and
+without the chart, installed, after ``helm upgrade`` flips a namespace (shadow -> enforce), and
 after ``helm uninstall``; a pod of the chart's scheduler marked while installed and still Pending
 after the uninstall is dealt with by the docs' one command (docs/install.md, run verbatim).
 
@@ -11,6 +11,7 @@ test_own_scheduler.py's last scenario."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -21,6 +22,7 @@ from e2e.kind.bystanders import (
     make_namespaces,
     markers,
     nothing_stranded,
+    pod_container,
     run_block,
     wait_nothing_stranded,
     wait_served_markers,
@@ -28,7 +30,6 @@ from e2e.kind.bystanders import (
 from e2e.kind.test_kind import (
     POOL,
     SCHEDULER_NAME,
-    create_pod,
     failed_scheduling,
     get_json,
     helm_upgrade,
@@ -38,8 +39,8 @@ from e2e.kind.test_kind import (
     worker_names,
 )
 
-# e2e/kind/values.yaml: hp-by-enforce enforces (flipped to off here), hp-by-off is off,
-# hp-by-shadow has no entry (the defaults: shadow).
+# e2e/kind/values.yaml: hp-by-enforce enforces, hp-by-off is off, hp-by-shadow has no entry (the
+# defaults: shadow; flipped to enforce here).
 BY_ENFORCE, BY_SHADOW, BY_OFF = "hp-by-enforce", "hp-by-shadow", "hp-by-off"
 ENFORCE_MARKER, SHADOW_MARKER = "hugepage-extender.io/enforce", "hugepage-extender.io/shadow"
 
@@ -62,14 +63,24 @@ def test_secondary_bystanders_installed_and_through_a_flip(secondary: Bystanders
     # A pod the chart's scheduler serves, marked enforce, waiting (its node's pool held outside
     # pods): still Pending at the uninstall.
     set_reserved({secondary.node: POOL})
-    create_pod([], BY_ENFORCE, "waits", hugepages="64Mi")
-    kubectl("label", "pod", "waits", "-n", BY_ENFORCE, "bystander=yes")
+    waits = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "waits", "namespace": BY_ENFORCE, "labels": {"bystander": "yes"}},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "nodeSelector": {"kubernetes.io/hostname": secondary.node},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [pod_container("64Mi")],
+        },
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(waits))
     assert markers(get_json("pod", "waits", "-n", BY_ENFORCE)) == {ENFORCE_MARKER}
     secondary.create("installed")
     secondary.check("installed")
-    # helm upgrade, a namespace flipped: enforce -> off (the scheduler pods roll).
-    helm_upgrade(f"config.namespaces.{BY_ENFORCE}.mode=off")
-    wait_served_markers(BY_ENFORCE, SCHEDULER_NAME, set())
+    # helm upgrade, a namespace flipped: shadow -> enforce (the scheduler pods roll).
+    helm_upgrade(f"config.namespaces.{BY_SHADOW}.mode=enforce")
+    wait_served_markers(BY_SHADOW, SCHEDULER_NAME, {ENFORCE_MARKER})
     secondary.create("upgraded")
     secondary.check("upgraded")
     message = failed_scheduling(BY_ENFORCE, "waits")
@@ -78,7 +89,8 @@ def test_secondary_bystanders_installed_and_through_a_flip(secondary: Bystanders
 
 def test_secondary_bystanders_after_the_uninstall(secondary: Bystanders) -> None:
     # test_kind.py's test_helm_uninstall_leaves_nothing_behind ran just before.
-    wait_served_markers(BY_ENFORCE, SCHEDULER_NAME, set())
+    for namespace in secondary.namespaces:
+        wait_served_markers(namespace, SCHEDULER_NAME, set())
     secondary.create("uninstalled")
     secondary.check("uninstalled")
     # The chart's scheduler is gone: its marked pod waits for good until the docs' command.
