@@ -87,11 +87,15 @@ def wait_for_room(node: str) -> str:
 
 
 def lease_holder() -> str:
-    """The scheduler pod holding the Lease ("" before one does)."""
+    """The running scheduler pod holding the Lease ("" before one does; an earlier release's
+    Lease may still name a pod that is gone)."""
     holder = kubectl(
         "get", "lease", f"{RELEASE}-scheduler", "-n", NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}", check=False
-    )
-    return holder.split("_", 1)[0]
+    ).split("_", 1)[0]
+    if not holder:
+        return ""
+    phase = kubectl("get", "pod", holder, "-n", NAMESPACE, "-o", "jsonpath={.status.phase}", check=False)
+    return holder if phase == "Running" else ""
 
 
 def explain() -> str:

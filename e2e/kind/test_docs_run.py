@@ -14,7 +14,9 @@ import re
 
 import yaml
 
+from e2e.controlplane import wait_until
 from e2e.kind.bystanders import doc_blocks, nothing_stranded, run_block, wait_nothing_stranded, wait_served_markers
+from e2e.kind.demo import lease_holder
 from e2e.kind.test_kind import NAMESPACE, ROOT, SCHEDULER_NAME, kubectl
 
 EXAMPLE_POD = re.compile(r"```yaml\n(apiVersion: v1\nkind: Pod\nmetadata: \{name: dpdk-router.*?)```", re.DOTALL)
@@ -30,6 +32,8 @@ def test_the_install_block_the_runbooks_checks_and_the_uninstall_run_verbatim() 
     pod = yaml.safe_load(example)
     try:
         run_block(install)
+        # The runbooks' first block asks the Lease holder: a scheduler becomes leader a moment after it is ready.
+        wait_until("the scheduler's Lease", lease_holder, timeout=120, interval=1.0)
         kubectl("create", "namespace", pod["metadata"]["namespace"])
         wait_served_markers("payments", SCHEDULER_NAME, {"hugepage-extender.io/shadow"})
         kubectl("apply", "-f", "-", stdin=json.dumps(pod))
