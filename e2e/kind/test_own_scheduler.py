@@ -13,6 +13,7 @@ cluster's own scheduler placing pods through it.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -197,14 +198,33 @@ def test_the_clusters_own_scheduler_places_through_the_extender(own_mode: list[s
     assert calls >= 2
 
 
+def scheduler_without_the_config() -> None:
+    """The static kube-scheduler back to kubeadm's own configuration (its --config line removed
+    from the manifest on the control-plane node; the kubelet restarts it), once it runs."""
+    node = f"{os.environ.get('KIND_E2E_CLUSTER', 'hugepage-e2e')}-control-plane"
+    manifest = "/etc/kubernetes/manifests/kube-scheduler.yaml"
+    subprocess.run(["docker", "exec", node, "sed", "-i", "/--config=/d", manifest], check=True)
+
+    def restarted() -> bool:
+        pods = get_json("pods", "-n", "kube-system", "-l", "component=kube-scheduler")["items"]
+        return any(
+            not any(arg.startswith("--config=") for arg in p["spec"]["containers"][0]["command"])
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+            for p in pods
+        )
+
+    wait_until("the cluster's scheduler without the chart's configuration", restarted, timeout=180, interval=2.0)
+
+
 def test_bystanders_through_a_flip_and_the_uninstall(own_mode: list[str]) -> None:
     """Own mode serves the cluster scheduler's profile (default-scheduler): its hugepage pods are
     marked in hp-own (enforce) and hp-own-shadow (shadow), and placed where the extender finds
     room, as without the chart; in hp-own-off, and a third scheduler's and plain pods anywhere,
     nothing is marked. The same after ``helm upgrade`` flips hp-own-shadow to off, and after
-    the uninstall docs/install.md gives for own mode (scheduler.own.active=false, then helm
-    uninstall): a pod marked while installed and still Pending is dealt with by the docs' one
-    command (run verbatim), its Deployment's new pod unmarked and placed."""
+    the uninstall docs/install.md gives for own mode (scheduler.own.active=false,
+    the scheduler's --config removed, then helm uninstall): a pod marked while installed and still
+    Pending then waits for good ("Insufficient hugepage-extender.io/enforce"), and is dealt with by
+    the docs' one command (run verbatim), its Deployment's new pod unmarked and placed."""
     w1, w2, w3 = own_mode
     shadowed, off = "hp-own-shadow", "hp-own-off"
     make_namespaces(shadowed, off)
@@ -243,14 +263,24 @@ def test_bystanders_through_a_flip_and_the_uninstall(own_mode: list[str]) -> Non
         bystanders.create("upgraded", {OWN: {ENFORCE_MARKER}})
         bystanders.check("upgraded")
 
-        # docs/install.md, uninstall in own mode: no new pod marked, then the release goes.
+        # docs/install.md, uninstall in own mode: no new pod marked, the cluster's scheduler back
+        # to its own configuration, then the release goes.
         helm_upgrade("scheduler.own.active=false")
         wait_served_markers(OWN, "default-scheduler", set())
+        scheduler_without_the_config()
         uninstall = [HELM, "uninstall", RELEASE, "--kubeconfig", KUBECONFIG, "--namespace", NAMESPACE, "--wait"]
         subprocess.run(uninstall, check=True, stdout=subprocess.DEVNULL)
         bystanders.create("uninstalled")
         bystanders.check("uninstalled")
-        assert f"{OWN}/{first['metadata']['name']}" in nothing_stranded()
+        # The marked pod now waits for good, as the docs say, until their one command.
+        stranded = first["metadata"]["name"]
+        assert f"{OWN}/{stranded}" in nothing_stranded()
+        wait_until(
+            "the plain scheduler to count the marker",
+            lambda: f"Insufficient {ENFORCE_MARKER}" in failed_scheduling(OWN, stranded),
+            timeout=120,
+            interval=2.0,
+        )
         (leftovers,) = doc_blocks("docs/install.md", "leftovers")
         run_block(leftovers)
         wait_nothing_stranded()
