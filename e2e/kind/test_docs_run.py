@@ -17,7 +17,7 @@ import yaml
 from e2e.controlplane import wait_until
 from e2e.kind.bystanders import doc_blocks, nothing_stranded, run_block, wait_nothing_stranded, wait_served_markers
 from e2e.kind.demo import lease_holder
-from e2e.kind.test_kind import NAMESPACE, ROOT, SCHEDULER_NAME, kubectl
+from e2e.kind.test_kind import NAMESPACE, REPORTS, ROOT, SCHEDULER_NAME, kubectl
 
 EXAMPLE_POD = re.compile(r"```yaml\n(apiVersion: v1\nkind: Pod\nmetadata: \{name: dpdk-router.*?)```", re.DOTALL)
 
@@ -41,6 +41,14 @@ def test_the_install_block_the_runbooks_checks_and_the_uninstall_run_verbatim() 
         assert "pod payments/dpdk-router: needs 2147483648 bytes of hugepages-2Mi" in outputs[0], outputs[0]
         run_block(uninstall)
         wait_served_markers("payments", SCHEDULER_NAME, set())
+        # The default install ran the node agent: its records go with the release (garbage
+        # collected), so that the own-mode scenarios after this see none.
+        wait_until(
+            "the node agents' records collected",
+            lambda: not kubectl("get", REPORTS, "-o", "name", "--ignore-not-found", check=False).split(),
+            timeout=120,
+            interval=1.0,
+        )
         # The example pod was marked (shadow, the defaults) and its scheduler is gone.
         assert "payments/dpdk-router" in nothing_stranded()
         (leftovers,) = doc_blocks("docs/install.md", "leftovers")
