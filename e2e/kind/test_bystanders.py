@@ -102,3 +102,6 @@ def test_secondary_bystanders_after_the_uninstall(secondary: Bystanders) -> None
     left = get_json("pods", "-A", "--field-selector", pending)["items"]
     assert not left, [p["metadata"]["name"] for p in left]
     secondary.check("after the docs' command")
+    # Gone before the scenarios that follow (their pools are the workers' whole pools).
+    secondary.delete()
+    set_reserved({secondary.node: None})
