@@ -11,9 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+
+from extender.config import Config
+from extender.policy import Policy, policy_document
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = json.loads((ROOT / "charts" / "hugepage-extender" / "values.schema.json").read_text())
+CHART = ROOT / "charts" / "hugepage-extender"
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 DOCS = sorted(
     {
         ROOT / "README.md",
@@ -76,3 +81,70 @@ def test_the_check_finds_what_it_is_for() -> None:
     assert resolve(["config", "namespaces", "payments", "mode"], SCHEMA) is None
     assert resolve(["scheduler", "own", "enabled"], SCHEMA) == "enabled"
     assert "scheduler.own.active" in cited(ROOT / "docs" / "install.md")
+
+
+def yaml_block_after(text: str, marker: str) -> Any:
+    """The first fenced YAML block after ``marker``."""
+    block = text.split(marker, 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    return yaml.safe_load(block)
+
+
+def snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+@pytest.mark.parametrize(
+    ("doc", "marker", "under"),
+    [("README.md", "## Configuration", None), ("docs/install.md", "## Configuration: per-namespace modes", "config")],
+)
+def test_a_config_block_gives_the_built_in_defaults(doc: str, marker: str, under: str | None) -> None:
+    shown = yaml_block_after((ROOT / doc).read_text(), marker)
+    shown = shown[under] if under else shown
+    built_in = Config()
+    wrong = {
+        key: (value, getattr(built_in, snake(key)))
+        for key, value in shown.items()
+        if key not in ("defaults", "namespaces") and value != getattr(built_in, snake(key))
+    }
+    defaults = policy_document(Policy())
+    assert set(shown["defaults"]) == set(defaults), f"{doc}: the block shows every knob of defaults"
+    wrong |= {
+        f"defaults.{key}": (value, defaults[key]) for key, value in shown["defaults"].items() if value != defaults[key]
+    }
+    assert not wrong, f"{doc}: (shown, built in)"
+
+
+def test_the_chart_readmes_defaults_are_the_charts() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    rows = re.findall(r"^\| (`[^|]+`) \| `([^`]*)` \|", (CHART / "README.md").read_text(), re.MULTILINE)
+    assert len(rows) > 10
+    wrong = {}
+    for keys, default in rows:
+        for key in re.findall(r"`([^`<]+)`", keys):
+            node: Any = values
+            for part in key.split("."):
+                node = node[part]
+            if node != yaml.safe_load(default or "''"):
+                wrong[key] = (default, node)
+    assert not wrong, "charts/hugepage-extender/README.md: (shown, values.yaml)"
+
+
+def test_the_readmes_prerequisites_are_the_projects() -> None:
+    """Kubernetes, Python and Go as the README's prerequisites name them: the chart's kubeVersion,
+    pyproject's requires-python, the newest `go` line of the Go modules the tests build."""
+    readme = (ROOT / "README.md").read_text().split("## Prerequisites", 1)[1].split("\n## ", 1)[0]
+    kube_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+    minimum = re.fullmatch(r">=(\d+\.\d+)\.0-0", kube_version)
+    assert minimum is not None
+    assert f"Kubernetes {minimum[1]} or newer" in readme
+    python = re.search(r'requires-python = ">=([0-9.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert python is not None
+    assert f"Python {python[1]}+" in readme
+    go_mods = [
+        *ROOT.glob("e2e/tools/*/go.mod"),
+        ROOT / "e2e/promtool/go.mod",
+        *ROOT.glob("e2e/kind/images/go/*/go.mod"),
+    ]
+    lines = [re.search(r"^go (\S+)$", path.read_text(), re.MULTILINE) for path in go_mods]
+    newest = max((m[1] for m in lines if m), key=lambda v: tuple(int(p) for p in v.split(".")))
+    assert f"Go {newest.removesuffix('.0')}+" in readme

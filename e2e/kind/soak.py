@@ -1,7 +1,7 @@
 """The churn soak on the kind cluster: real consumers arriving and leaving, outside consumers on
 the host, faults on a schedule; what failed on its node, what was stranded, how long pods took.
 
-Run by test_consumers.test_short_soak (CI: ``SOAK_MINUTES=5``) and ``make soak`` (60 minutes).
+Run by test_consumers.test_churn_soak (the kind suite: 4 minutes in enforce, 1 in off) and ``make soak`` (60 minutes).
 One seeded schedule (``SOAK_SEED``) is played in the enforce namespace for the whole run, then its
 beginning again in the off namespace (``SOAK_OFF_MINUTES``, default a fifth of the run) for the
 creation-to-running comparison:

@@ -4,7 +4,8 @@ the chart creates: each block's helm install/upgrade is rendered with its own ar
 render; an image tag it names is the chart's appVersion. Those marked ``<!-- run: kind STEP`` the
 kind suite also runs verbatim (e2e/kind/test_docs_run.py, test_bystanders.py,
 test_own_scheduler.py): install.md's install, upgrade-and-uninstall and leftovers blocks and the
-runbooks' diagnostic blocks; this checks they stay marked, and what can be checked everywhere."""
+runbooks' diagnostic blocks; this checks they stay marked, and what can be checked everywhere.
+docs/install.md's list of what the default install creates is held to the default render the same way."""
 
 from __future__ import annotations
 
@@ -102,13 +103,14 @@ class Block:
 
 
 def needs_privileged(rendered: list[dict[str, Any]]) -> set[str]:
-    """Namespaces of pods on the host network or with host paths (the node agent, the own-mode
-    DaemonSet): Pod Security allows them only at the privileged level."""
+    """Namespaces of pods on the host network or PID namespace or with host paths (the node agent,
+    the own-mode DaemonSet): Pod Security allows them only at the privileged level."""
     found = set()
     for d in rendered:
         if d["kind"] in ("DaemonSet", "Deployment"):
             pod = d["spec"]["template"]["spec"]
-            if pod.get("hostNetwork") or any("hostPath" in v for v in pod.get("volumes", [])):
+            host = pod.get("hostNetwork") or pod.get("hostPID")
+            if host or any("hostPath" in v for v in pod.get("volumes", [])):
                 found.add(d["metadata"]["namespace"])
     return found
 
@@ -136,3 +138,24 @@ def test_a_marked_block_names_only_what_its_install_renders(helm: Helm, doc: str
     assert runs.leases <= leases, f"{doc}:{line}: leases {runs.leases}; the scheduler's is {leases}"
     if runs.installs:
         assert needs_privileged(rendered) <= runs.labelled, f"{doc}:{line}: labels {runs.labelled} only"
+
+
+def test_what_the_default_install_creates_is_what_it_renders(helm: Helm) -> None:
+    """docs/install.md's list of what the default install creates: every `Kind `name`` it names is in
+    the default render (CRDs included), and every kind the render has is named there."""
+    text = (ROOT / "docs" / "install.md").read_text()
+    section = text.split("What the default install creates", 1)[1].split("\nNo NetworkPolicy", 1)[0]
+    named = {
+        (kind, name)
+        for kinds, name in re.findall(r"([A-Z][A-Za-z]+(?: and [A-Z][A-Za-z]+)?) `([a-z0-9.-]+)`", section)
+        for kind in kinds.split(" and ")
+        if kind != "Lease"  # the scheduler's, written at run time
+    }
+    args = ["template", "hugepage-extender", str(CHART), "--namespace", "hugepage-extender", "--include-crds"]
+    rendered = [d for d in yaml.safe_load_all(helm.run(*args, "--kube-version", "v1.37.2")) if d]
+    objects = {
+        ("CRD" if d["kind"] == "CustomResourceDefinition" else d["kind"], d["metadata"]["name"]) for d in rendered
+    }
+    assert named <= objects, f"named but not rendered: {named - objects}"
+    unnamed = {kind for kind, _ in objects if not re.search(rf"\b{kind}\b", section) and not kind.endswith("Binding")}
+    assert not unnamed, f"rendered but not in the list: {unnamed}"
