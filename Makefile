@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 # out/kind-e2e/junit.xml): .ci/run prints every skip in them by name at the end.
 KIND_E2E ?= auto
 
-.PHONY: run test unit core chart lint tools bench kind-e2e soak image
+.PHONY: run test unit core chart lint tools bench kind-e2e soak image demo
 
 # The extender image (the node agent runs the same one), built offline from the Dockerfile as the
 # kind suite builds it (e2e/kind/images/build --extender-only: a debootstrapped Debian with
@@ -55,6 +55,14 @@ test: lint
 
 kind-e2e: $(STAMP)
 	PYTHON=$(BIN)/python e2e/kind/run.sh --if-possible
+
+# The local demo (e2e/kind/demo.py): run.sh's kind cluster (images built offline, the host's real
+# hugepage pool, root and Docker as for the kind suite), the chart installed, a VM (QEMU) and a
+# DPDK pod placed on real hugepages, then `kubectl hugepages explain` for a VM that waits. The
+# cluster, the pool and dockerd stay up (its last lines say how to reach and delete it);
+# e2e/kind/test_demo.py runs the same steps in the kind suite.
+demo: $(STAMP)
+	PYTHON=$(BIN)/python e2e/kind/run.sh --demo
 
 # The churn soak (e2e/kind/soak.py) on the kind cluster run.sh builds: SOAK_MINUTES (default 60)
 # of VMs, DPDK and plain pods, host consumers and faults; its last line starts with `soak:`.

@@ -17,6 +17,10 @@
 #      what this run started.
 #
 # Usage: e2e/kind/run.sh [--if-possible] [pytest args...]
+#        e2e/kind/run.sh --demo   (make demo) steps 1-4, then e2e/kind/demo.py in place of
+#                                 steps 5-6: the chart installed with values-demo.yaml, a VM and a
+#                                 DPDK pod on real hugepages, `kubectl hugepages explain` for a pod
+#                                 that waits; the cluster stays up (KEEP_CLUSTER defaults to 1)
 #   --if-possible  where Docker truly cannot run (no engine answers, and none can be
 #                  installed and started: not root, no apt-get), report the suite as
 #                  skipped, by name and reason, and exit 0 (make test uses this).
@@ -43,8 +47,9 @@ source "$root/e2e/kind/images/lib.sh"
 log() { _log "$*"; }
 die() { _log "error: $*"; exit 1; }
 
-optional=0
+optional=0 demo=0
 if [[ ${1:-} == --if-possible ]]; then optional=1; shift; fi
+if [[ ${1:-} == --demo ]]; then demo=1; shift; KEEP_CLUSTER=${KEEP_CLUSTER:-1}; fi
 
 cluster=${CLUSTER:-hugepage-e2e}
 artifacts=${ARTIFACTS:-$root/out/kind-e2e}
@@ -242,9 +247,23 @@ done
 phase "cni + nodes ready"
 
 docker tag "$image_id" "$image"
-# One `docker save` of the three: the VM and DPDK images share their layers.
-"$KIND" load docker-image "$image" "$vm_image" "$dpdk_image" --name "$cluster" >/dev/null
+# The same image under the chart's default name too (values.yaml image.repository, the chart's
+# appVersion): the docs' install block (e2e/kind/test_docs_run.py) installs with no values.
+chart_image="$(sed -n '/^image:/,/^[^ ]/s/^  repository: *//p' charts/hugepage-extender/values.yaml):$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/hugepage-extender/Chart.yaml)"
+docker tag "$image_id" "$chart_image"
+# One `docker save` of them all: the VM and DPDK images share their layers.
+"$KIND" load docker-image "$image" "$chart_image" "$vm_image" "$dpdk_image" --name "$cluster" >/dev/null
 phase "image load"
+
+# The environment the scenarios (and the demo) read.
+export KIND_E2E_KUBECONFIG=$kubeconfig KIND_E2E_REQUIRED=1 KIND_E2E_CLUSTER=$cluster KIND_E2E_HUGEPAGES_2M=$pages \
+  KIND_E2E_ARTIFACTS=$artifacts KIND_E2E_VM_IMAGE=$vm_image KIND_E2E_DPDK_IMAGE=$dpdk_image HELM KUBECTL
+
+if (( demo )); then
+  "$python" -m e2e.kind.demo
+  phase "demo"
+  exit 0
+fi
 
 # --- install ----------------------------------------------------------------------
 log "installing the chart"
@@ -255,14 +274,5 @@ phase "helm install"
 
 # --- scenarios --------------------------------------------------------------------
 log "running the scenarios"
-KIND_E2E_KUBECONFIG=$kubeconfig \
-KIND_E2E_REQUIRED=1 \
-KIND_E2E_CLUSTER=$cluster \
-KIND_E2E_HUGEPAGES_2M=$pages \
-KIND_E2E_ARTIFACTS=$artifacts \
-KIND_E2E_VM_IMAGE=$vm_image \
-KIND_E2E_DPDK_IMAGE=$dpdk_image \
-HELM=$HELM \
-KUBECTL=$KUBECTL \
-  "$python" -m pytest e2e/kind -v -rA -s -p no:cacheprovider --junitxml "$artifacts/junit.xml" "$@"
+"$python" -m pytest e2e/kind -v -rA -s -p no:cacheprovider --junitxml "$artifacts/junit.xml" "$@"
 phase "scenarios"

@@ -13,12 +13,26 @@ cluster's own scheduler placing pods through it.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from e2e.controlplane import wait_until
+from e2e.kind.bystanders import (
+    Bystanders,
+    doc_blocks,
+    make_namespaces,
+    markers,
+    nothing_stranded,
+    pod_container,
+    run_block,
+    wait_nothing_stranded,
+    wait_served_markers,
+)
 from e2e.kind.test_kind import (
     HELM,
     KUBECONFIG,
@@ -34,6 +48,7 @@ from e2e.kind.test_kind import (
     assert_stays_pending,
     failed_scheduling,
     get_json,
+    helm_upgrade,
     kubectl,
     metric,
     node_of,
@@ -44,6 +59,7 @@ from e2e.kind.test_kind import (
 from e2e.kind.test_topology import PROBE_CLIENT, PROBE_PORT, VERBS_PORT
 
 OWN = "hp-own"  # enforced (values-own.yaml)
+ENFORCE_MARKER, SHADOW_MARKER = "hugepage-extender.io/enforce", "hugepage-extender.io/shadow"
 
 
 def own_pod(name: str, *, hugepages: str) -> None:
@@ -110,8 +126,9 @@ def own_mode() -> Iterator[list[str]]:
     finally:
         kubectl("delete", "namespace", OWN, "--wait=false", check=False)
         set_reserved(dict.fromkeys(workers))
+        # The last scenario uninstalls as the docs say; this is for a run that stopped before it.
         uninstall = [HELM, "uninstall", RELEASE, "--kubeconfig", KUBECONFIG, "--namespace", NAMESPACE, "--wait"]
-        subprocess.run(uninstall, check=False, stdout=subprocess.DEVNULL)
+        subprocess.run([*uninstall, "--ignore-not-found"], check=False, stdout=subprocess.DEVNULL)
 
 
 def test_the_extender_runs_beside_the_static_scheduler_on_loopback(own_mode: list[str]) -> None:
@@ -180,3 +197,104 @@ def test_the_clusters_own_scheduler_places_through_the_extender(own_mode: list[s
     calls = metric(daemon, "hugepage_extender_requests_total", verb="filter", code="200") - calls_before
     print(f"own mode: the cluster's kube-scheduler called the DaemonSet's extender {calls:.0f} times (filter)")
     assert calls >= 2
+
+
+def scheduler_without_the_config() -> None:
+    """The static kube-scheduler back to kubeadm's own configuration (its --config line removed
+    from the manifest on the control-plane node; the kubelet restarts it), once it runs."""
+    node = f"{os.environ.get('KIND_E2E_CLUSTER', 'hugepage-e2e')}-control-plane"
+    manifest = "/etc/kubernetes/manifests/kube-scheduler.yaml"
+    subprocess.run(["docker", "exec", node, "sed", "-i", "/--config=/d", manifest], check=True)
+
+    def restarted() -> bool:
+        pods = get_json("pods", "-n", "kube-system", "-l", "component=kube-scheduler")["items"]
+        return any(
+            not any(arg.startswith("--config=") for arg in p["spec"]["containers"][0]["command"])
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+            for p in pods
+        )
+
+    wait_until("the cluster's scheduler without the chart's configuration", restarted, timeout=180, interval=2.0)
+
+
+def test_bystanders_through_a_flip_and_the_uninstall(own_mode: list[str]) -> None:
+    """Own mode serves the cluster scheduler's profile (default-scheduler): its hugepage pods are
+    marked in hp-own (enforce) and hp-own-shadow (shadow), and placed where the extender finds
+    room, as without the chart; in hp-own-off, and a third scheduler's and plain pods anywhere,
+    nothing is marked. The same after ``helm upgrade`` flips hp-own-shadow to off, and after
+    the uninstall docs/install.md gives for own mode (scheduler.own.active=false,
+    the scheduler's --config removed, then helm uninstall): a pod marked while installed and still
+    Pending then waits for good ("Insufficient hugepage-extender.io/enforce"), and is dealt with by
+    the docs' one command (run verbatim), its Deployment's new pod unmarked and placed."""
+    w1, w2, w3 = own_mode
+    shadowed, off = "hp-own-shadow", "hp-own-off"
+    make_namespaces(shadowed, off)
+    # The bystanders on w2 (room); the waiting pod on w3 (its pool held outside pods).
+    set_reserved({w1: None, w2: None, w3: POOL})
+    waits = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "waits", "namespace": OWN},
+        "spec": {
+            "selector": {"matchLabels": {"app": "waits"}},
+            "template": {
+                "metadata": {"labels": {"app": "waits"}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": w3},
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [pod_container("64Mi")],
+                },
+            },
+        },
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(waits))
+    bystanders = Bystanders(node=w2, namespaces=(OWN, shadowed, off))
+    try:
+        (first,) = wait_until(
+            "the waiting pod", lambda: get_json("pods", "-n", OWN, "-l", "app=waits")["items"], timeout=60
+        )
+        assert markers(first) == {ENFORCE_MARKER}
+        assert says_no_room(failed_scheduling(OWN, first["metadata"]["name"]))
+        bystanders.create("installed", {OWN: {ENFORCE_MARKER}, shadowed: {SHADOW_MARKER}})
+        bystanders.check("installed")
+
+        helm_upgrade(f"config.namespaces.{shadowed}.mode=off")
+        wait_served_markers(shadowed, "default-scheduler", set())
+        wait_until("the extender ready again", lambda: extender_daemon_pods(ready=True), timeout=180)
+        bystanders.create("upgraded", {OWN: {ENFORCE_MARKER}})
+        bystanders.check("upgraded")
+
+        # docs/install.md, uninstall in own mode: no new pod marked, the cluster's scheduler back
+        # to its own configuration, then the release goes.
+        helm_upgrade("scheduler.own.active=false")
+        wait_served_markers(OWN, "default-scheduler", set())
+        scheduler_without_the_config()
+        uninstall = [HELM, "uninstall", RELEASE, "--kubeconfig", KUBECONFIG, "--namespace", NAMESPACE, "--wait"]
+        subprocess.run(uninstall, check=True, stdout=subprocess.DEVNULL)
+        bystanders.create("uninstalled")
+        bystanders.check("uninstalled")
+        # The marked pod now waits for good, as the docs say, until their one command.
+        stranded = first["metadata"]["name"]
+        assert f"{OWN}/{stranded}" in nothing_stranded()
+        wait_until(
+            "the plain scheduler to count the marker",
+            lambda: f"Insufficient {ENFORCE_MARKER}" in failed_scheduling(OWN, stranded),
+            timeout=120,
+            interval=2.0,
+        )
+        (leftovers,) = doc_blocks("docs/install.md", "leftovers")
+        run_block(leftovers)
+        wait_nothing_stranded()
+
+        def replaced() -> dict[str, Any] | None:
+            pods = get_json("pods", "-n", OWN, "-l", "app=waits")["items"]
+            running = [p for p in pods if p["status"].get("phase") == "Running"]
+            return running[0] if running else None
+
+        again = wait_until("the Deployment's new pod running", replaced, timeout=120, interval=1.0)
+        assert again["spec"]["nodeName"] == w3, again["spec"]
+        assert not markers(again), again["spec"]
+    finally:
+        bystanders.delete()
+        kubectl("delete", "deployment", "waits", "-n", OWN, "--wait=false", check=False)
+        kubectl("delete", "namespace", shadowed, off, "--wait=false", check=False)

@@ -1,15 +1,18 @@
 """The fenced blocks the docs mark as run (``<!-- run: ... -->`` above a ```sh block) name only what
 the chart creates: each block's helm install/upgrade is rendered with its own arguments, and every
 ``kubectl ... rollout status KIND/NAME``, namespace and Pod Security label it runs must match that
-render; an image tag it names is the chart's appVersion. (Running them verbatim needs a cluster: the
-kind suite's; this is what can be checked everywhere.) docs/install.md's list of what the default
-install creates is held to the default render the same way."""
+render; an image tag it names is the chart's appVersion. Those marked ``<!-- run: kind STEP`` the
+kind suite also runs verbatim (e2e/kind/test_docs_run.py, test_bystanders.py,
+test_own_scheduler.py): install.md's install, upgrade-and-uninstall and leftovers blocks and the
+runbooks' diagnostic blocks; this checks they stay marked, and what can be checked everywhere.
+docs/install.md's list of what the default install creates is held to the default render the same way."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +46,26 @@ def test_the_docs_mark_their_install_blocks() -> None:
     assert ("install.md", 1) in where
 
 
+def kind_steps(path: Path) -> list[str]:
+    """The steps of a doc's blocks the kind suite runs verbatim (``<!-- run: kind STEP``)."""
+    return re.findall(r"<!-- run: kind (\w+)[^>]*-->\n```sh\n", path.read_text())
+
+
+def test_the_kind_suite_runs_the_install_section_and_the_runbooks_checks() -> None:
+    # e2e/kind/test_docs_run.py runs these (and test_bystanders.py the leftovers command): a
+    # block that loses its mark would silently stop being run.
+    install = ROOT / "docs" / "install.md"
+    section = install.read_text().split("## Install (secondary scheduler)", 1)[1].split("\n## ", 1)[0]
+    assert section.count("<!-- run: kind install") == 1
+    assert section.count("```sh") == 1
+    assert sorted(kind_steps(install)) == ["install", "leftovers", "uninstall"]
+    runbooks = ROOT / "docs" / "runbooks.md"
+    assert kind_steps(runbooks) == ["diagnose"] * 4
+    # Every runbook block the kind suite runs names the default install's objects, no placeholder.
+    for match in re.finditer(r"<!-- run: kind diagnose[^>]*-->\n```sh\n(.*?)```", runbooks.read_text(), re.DOTALL):
+        assert not re.search(r"<\w+>|NAMESPACE/POD", match[1]), match[1]
+
+
 @dataclasses.dataclass
 class Block:
     """What a block runs: its install (the default one's release and namespace when it has none)."""
@@ -70,11 +93,12 @@ class Block:
         if words[:2] in (["helm", "install"], ["helm", "upgrade"]):
             self.release, chart = words[2], words[3]
             assert (ROOT / chart).resolve() == CHART, f"chart {chart}"
-            self.installs += 1
+            installs = words[1] == "install"  # an upgrade's namespace and labels are the install's
+            self.installs += installs
             flag = "--namespace" if "--namespace" in words else "-n"
             self.namespace = words[words.index(flag) + 1]
             self.sets += [words[i + 1] for i, word in enumerate(words) if word == "--set"]
-            if "--create-namespace" not in words and self.namespace not in self.created:
+            if installs and "--create-namespace" not in words and self.namespace not in self.created:
                 self.uncreated.add(self.namespace)
 
 
