@@ -35,9 +35,10 @@ from benchmarks.cluster import synthetic_state
 from benchmarks.null_extender import MAX_BODY, serve
 from extender.capacity import hugepages_for
 from extender.cluster import PodRecord, PodUsage
+from extender.handlers import Extender
 from extender.kube.informer import freeze_cache
 from extender.metrics import Metrics
-from extender.server import Extender, create_app
+from extender.server import create_app
 
 CONFIG: dict[str, Any] = {
     "maxRequestBytes": MAX_BODY,

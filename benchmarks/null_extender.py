@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import msgspec
 from aiohttp import web
 
-from extender.decision import Reasons
+from extender.answer import Reasons
 from extender.objects import NodeName, Pod
 
 JSON = "application/json"

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
+from extender.aiohttp_internals import client_max_size
 from extender.budget import BODY, IN_HAND, BufferLedger, Holding, Room
 from extender.connections import CUT_REASONS
 from extender.quantity import quote
@@ -61,12 +62,12 @@ async def read_body(
     that takes longer than ``timeout`` a 408, a client that leaves ClientGone, a body
     the budget cannot hold now NoRoom (503).
 
-    aiohttp's own decompression is off (``server.app_runner``): it logged a traceback for an
+    aiohttp's own decompression is off (``limits.app_runner``): it logged a traceback for an
     encoding it lacks and waited for the rest of a truncated stream. Here a body is inflated a
     piece at a time, bounded by ``client_max_size`` like a plain one. Its bytes count against
     ``ledger`` (``count_cut`` counts a body cut for it) until ``done``.
     """
-    limit = request.app._client_max_size  # aiohttp has no public getter
+    limit = client_max_size(request.app)
     holding: Holding | None = None
     if request.content.is_eof():
         # All of it has arrived (most requests): aiohttp buffers at most 128 KiB of a body before

@@ -27,18 +27,20 @@ from extender.configfile import load_config
 from extender.diagnose import add_extender_arguments, live_explanation, remote_from_args, split_pod_name
 from extender.errors import ExtenderError
 from extender.explain import Explanation, explain_pod, render_table
+from extender.handlers import Extender
 from extender.kube.binder import ApiBinder
 from extender.kube.client import api_client
 from extender.kube.events import PodEvents
 from extender.kube.informer import DEFAULT_STALE_AFTER_SECONDS, ClusterInformer, freeze_cache
 from extender.kube.live import api_client_for
 from extender.kube.nudge import PodNudger
+from extender.lifecycle import serve_until_stopped
 from extender.logs import configure as configure_logging
 from extender.metrics import Metrics
 from extender.nodeagent.cli import add_parser as add_node_agent_parser
 from extender.objects import Pod
 from extender.policy import Mode
-from extender.server import Extender, create_app, create_liveness_app, create_probe_app, serve_until_stopped
+from extender.server import create_app, create_liveness_app, create_probe_app
 from extender.snapshot import SnapshotError, load_snapshot
 from extender.tls import CertificateReloader, server_ssl_context
 

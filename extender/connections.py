@@ -23,8 +23,17 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler, _ErrInfo
+from aiohttp.web_protocol import RequestHandler
 
+from extender.aiohttp_internals import (
+    ServerWrappingRunner,
+    forget_refused_head_traceback,
+    handler_arguments,
+    pause_reading,
+    queued_requests,
+    request_in_progress,
+    requests_parsed,
+)
 from extender.budget import NOT_TAKEN, OVER_BUDGET, BufferLedger, ConnectionView, eviction_order
 
 log = logging.getLogger("extender.connections")
@@ -61,22 +70,20 @@ class GuardedHandler(RequestHandler):
         super().connection_made(transport)  # the server's cap: it reads every connection's peer
 
     def data_received(self, data: bytes) -> None:
-        parsed = self._request_count
+        parsed = requests_parsed(self)
         super().data_received(data)
-        if self._request_count != parsed:
+        if requests_parsed(self) != parsed:
             self.last_request_at = time.monotonic()
-            last = self._messages[-1][0] if self._messages else None
-            if isinstance(last, _ErrInfo):
-                # A refused head (a header line over the limit): aiohttp keeps the parser's error for
-                # its 400, and the error's traceback keeps the read it failed in (up to 256 KiB) in
-                # a cycle with this connection until a full collection. 400 such connections held
-                # about 100 MiB at once.
-                last.exc.__traceback__ = None
-            if len(self._messages) >= QUEUED_REQUESTS and not self._buffer_paused:
-                self._pause_reading_for_buffer()  # aiohttp resumes it as the queue drains
+            # A refused head (a header line over the limit): aiohttp keeps the parser's error for
+            # its 400, and the error's traceback keeps the read it failed in (up to 256 KiB) in
+            # a cycle with this connection until a full collection. 400 such connections held
+            # about 100 MiB at once.
+            forget_refused_head_traceback(self)
+            if queued_requests(self) >= QUEUED_REQUESTS:
+                pause_reading(self)  # aiohttp resumes it as the queue drains
 
     def view(self) -> ConnectionView:
-        return ConnectionView(self._request_in_progress, self._request_count, self.last_request_at, self.peer)
+        return ConnectionView(request_in_progress(self), requests_parsed(self), self.last_request_at, self.peer)
 
     def cut(self) -> None:
         """Close at once, dropping what is buffered to send (``close`` would wait to send it)."""
@@ -135,7 +142,8 @@ class GuardedServer(web.Server):
         self._open: dict[GuardedHandler, None] = {}
 
     def __call__(self) -> RequestHandler:
-        return GuardedHandler(self, loop=self._loop, ledger=self.ledger, on_cut=self.on_cut, **self._kwargs)
+        loop, kwargs = handler_arguments(self)
+        return GuardedHandler(self, loop=loop, ledger=self.ledger, on_cut=self.on_cut, **kwargs)
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         """Past the cap, the connections ``eviction_order`` puts first are closed, never the new
@@ -172,7 +180,7 @@ class GuardedServer(web.Server):
         self.closed += 1
 
 
-class GuardedRunner(web.AppRunner):
+class GuardedRunner(ServerWrappingRunner):
     """``web.AppRunner`` serving through a ``GuardedServer``."""
 
     def __init__(
@@ -189,8 +197,7 @@ class GuardedRunner(web.AppRunner):
         self._port_name, self._max_connections = port_name, max_connections
         self._ledger, self._on_cut = ledger, on_cut
 
-    async def _make_server(self) -> web.Server:
-        plain = await super()._make_server()  # the app's start-up, and aiohttp's own arguments
+    def wrap_server(self, plain: web.Server, handler_kwargs: dict[str, Any]) -> web.Server:
         return GuardedServer(
             plain.request_handler,
             request_factory=plain.request_factory,
@@ -199,7 +206,7 @@ class GuardedRunner(web.AppRunner):
             max_connections=self._max_connections,
             ledger=self._ledger,
             on_cut=self._on_cut,
-            **plain._kwargs,  # what aiohttp passes each RequestHandler (no public getter)
+            **handler_kwargs,
         )
 
     @property

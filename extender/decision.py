@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
-from extender.answer import FilterDecision, HostScores, Outcome, Reasons, RejectedByReason, passed_through
+from extender.answer import FilterDecision, HostScores, Reasons, passed_through
 from extender.capacity import UNBOUNDED, NodeAccount
 from extender.columnar import filter_on_columns, reads, scores_on_columns
 from extender.columns import NodeColumns
@@ -20,19 +20,6 @@ from extender.policy import Mode, Policy
 from extender.reference import SizeView, filter_per_node, scores_per_node
 
 _NO_REASONS = Reasons(insufficient="", exceeds_pool="", not_sampled="")  # a score gives no reason
-
-# The answers' values, read by the shell (wire, server) from here.
-__all__ = [
-    "FilterDecision",
-    "HostScores",
-    "Outcome",
-    "Reasons",
-    "RejectedByReason",
-    "filter_nodes",
-    "filter_sizes",
-    "prioritize_nodes",
-    "prioritize_sizes",
-]
 
 
 def filter_sizes(

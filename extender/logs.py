@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import msgspec
+from aiohttp.http_exceptions import HttpProcessingError
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _json = msgspec.json.Encoder()
@@ -144,7 +145,27 @@ class RepeatLimiter(logging.Handler):
                 self._arm_timer()
 
 
+class BadHttpIsOneLine(logging.Filter):
+    """aiohttp logs a request it cannot parse (a bad request line, an oversized header)
+    as an ERROR with a traceback, after answering it 400: a client's mistake, so one
+    WARNING line naming it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg, record.args = "bad HTTP request: %s", (" ".join(str(error.message).split())[:200],)
+        return True
+
+
+_BAD_HTTP_IS_ONE_LINE = BadHttpIsOneLine()  # one instance: a second configure() adds no second filter
+
+
 def configure(level: str, log_format: str) -> None:
+    """The process's logging, once at its start (``cli.main``): the handler and its format, and
+    aiohttp's parse errors as one line (``BadHttpIsOneLine``)."""
+    logging.getLogger("aiohttp.server").addFilter(_BAD_HTTP_IS_ONE_LINE)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[RepeatLimiter(handler)], force=True)

@@ -40,16 +40,10 @@ from enum import StrEnum
 
 import msgspec
 
+from extender.answer import FilterDecision, HostScores, Outcome, Reasons
 from extender.cluster import ClusterState
 from extender.config import Config
-from extender.decision import (
-    FilterDecision,
-    HostScores,
-    Outcome,
-    Reasons,
-    filter_sizes,
-    prioritize_sizes,
-)
+from extender.decision import filter_sizes, prioritize_sizes
 from extender.holds import HOLD_LIMIT
 from extender.objects import Pod
 from extender.podoutcome import Prediction

@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 import msgspec
 import numpy as np
 
+from extender.answer import FilterDecision, HostScores, RejectedByReason
 from extender.binding import BindingArgs
-from extender.decision import FilterDecision, HostScores, RejectedByReason
 from extender.errors import ExtenderError
 from extender.namelist import NameList
 from extender.objects import NodeName, Pod

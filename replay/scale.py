@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from extender.answer import FilterDecision
 from extender.cluster import ClusterState
 from extender.config import Config
-from extender.decision import FilterDecision
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, PolicyTable, Widening
 from extender.verbs import ExtenderVerbs

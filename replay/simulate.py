@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
+from extender.answer import Reasons
 from extender.capacity import UNKNOWN_ACCOUNT, fits, hugepages_for
 from extender.cluster import ClusterState
 from extender.config import Config
-from extender.decision import Reasons
 from extender.nodeinputs import RESERVED_ANNOTATION_PREFIX
 from extender.objects import (
     Container,

@@ -17,10 +17,10 @@ from hypothesis import settings
 from extender.capacity import NodeAccount
 from extender.cluster import ClusterState
 from extender.config import build_config
+from extender.handlers import Extender
 from extender.metrics import Metrics
 from extender.objects import Node, Pod
 from extender.policy import POLICY_FIELDS, Policy, field_type
-from extender.server import Extender
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # e2e/ and benchmarks/ are importable from tests

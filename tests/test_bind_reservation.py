@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 from extender.binding import BindingArgs
 from extender.cluster import ClusterState
 from extender.config import build_config
+from extender.handlers import Extender
 from extender.holds import HOLD_LIMIT
 from extender.metrics import Metrics
 from extender.nodereport import PoolReport
 from extender.objects import Node, Pod
 from extender.podrequest import PodDemand
-from extender.server import Extender, create_app
+from extender.server import create_app
 from extender.verbs import BindResult, ExtenderVerbs
 from tests.conftest import Clock, GiB, MiB, examples, make_node, make_pod, pod_json
 

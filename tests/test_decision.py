@@ -4,8 +4,9 @@ import random
 
 import pytest
 
+from extender.answer import FilterDecision, Outcome, Reasons
 from extender.capacity import NodeAccount
-from extender.decision import FilterDecision, Outcome, Reasons, filter_nodes, prioritize_nodes
+from extender.decision import filter_nodes, prioritize_nodes
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, Widening
 from tests.conftest import make_account

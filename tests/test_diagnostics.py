@@ -33,13 +33,14 @@ from extender.diagnostics import (
     with_holds,
 )
 from extender.explain import explain, render_table
+from extender.handlers import Extender
 from extender.holds import Hold
 from extender.kube.live import context_namespace
 from extender.kubectl_plugin import main as plugin_main
 from extender.metrics import Metrics
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, PolicyTable
-from extender.server import Extender, create_app, create_probe_app
+from extender.server import create_app, create_probe_app
 from extender.waiting import Waiting, WaitingPods
 from tests.conftest import ROOT, make_account, make_extender, make_node, make_pod, make_state, pod_json
 

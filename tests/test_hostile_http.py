@@ -17,7 +17,9 @@ from aiohttp import web
 
 from extender.binding import BindingArgs
 from extender.cluster import ClusterState
-from extender.server import Extender, app_runner, create_app
+from extender.handlers import Extender
+from extender.limits import app_runner
+from extender.server import create_app
 from tests.conftest import make_extender, make_node, make_pod, make_state, pod_json
 
 CONFIG = {"defaults": {"mode": "enforce", "sampleSize": 3}}

@@ -40,8 +40,10 @@ from extender.alive import alive
 from extender.cluster import ClusterState
 from extender.config import DEFAULT_MAX_REQUEST_BYTES, build_config
 from extender.connections import cut_overdue_answers
+from extender.handlers import Extender
+from extender.limits import app_runner
 from extender.metrics import Metrics
-from extender.server import Extender, app_runner, create_app
+from extender.server import create_app
 from tests.conftest import make_node
 
 MiB = 1024 * 1024

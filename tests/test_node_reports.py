@@ -11,18 +11,20 @@ import msgspec
 import pytest
 from prometheus_client import generate_latest
 
+from extender.answer import Reasons
 from extender.capacity import Fit, fits
 from extender.cluster import ClusterState
 from extender.config import build_config
-from extender.decision import Reasons, filter_nodes
+from extender.decision import filter_nodes
 from extender.diagnostics import parse_state_report
 from extender.explain import explain, render_table
+from extender.handlers import Extender
 from extender.metrics import Metrics
 from extender.nodereport import ReportError, read_report, report_record
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.reports import ReportState
-from extender.server import Extender, create_app
+from extender.server import create_app
 from extender.snapshot import parse_snapshot
 from tests.conftest import Clock, MiB, make_node, make_pod
 

@@ -9,10 +9,10 @@ import pytest
 
 from extender.cluster import ClusterState
 from extender.config import build_config
+from extender.handlers import Extender
 from extender.metrics import Metrics
 from extender.nudge import NudgePacer
 from extender.podrequest import PodDemand
-from extender.server import Extender
 from extender.wire import parse_extender_args
 from tests.conftest import GiB, make_node, make_pod
 

@@ -22,9 +22,10 @@ from aiohttp.test_utils import TestClient
 from extender.cluster import ClusterState
 from extender.config import FILE_KEYS, ConfigError, build_config
 from extender.diagnostics import StateReportError, parse_state_report
+from extender.handlers import Extender
 from extender.metrics import Metrics
 from extender.policy import POLICY_FIELDS, POLICY_KEYS, Mode, Policy, policy_document, policy_from_document
-from extender.server import Extender, create_app
+from extender.server import create_app
 from tests.conftest import make_node, other_value
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]

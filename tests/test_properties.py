@@ -9,20 +9,14 @@ import msgspec
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from extender.answer import FilterDecision, Reasons
 from extender.capacity import Fit, NodeAccount, ceiling_bytes, fits, headroom_bytes, numa_headroom_bytes
 from extender.cluster import ClusterState
 from extender.columnar import VECTOR_THRESHOLD
 from extender.columns import FIELDS as COLUMN_FIELDS
 from extender.columns import NodeColumns
 from extender.config import build_config
-from extender.decision import (
-    FilterDecision,
-    Reasons,
-    filter_nodes,
-    filter_sizes,
-    prioritize_nodes,
-    prioritize_sizes,
-)
+from extender.decision import filter_nodes, filter_sizes, prioritize_nodes, prioritize_sizes
 from extender.namelist import NameList
 from extender.nodereport import PoolReport
 from extender.objects import ObjectMeta, Pod, PodSpec

@@ -10,11 +10,11 @@ import pytest
 
 from extender.cluster import ClusterState
 from extender.config import build_config
+from extender.handlers import Extender
 from extender.metrics import Metrics
 from extender.objects import Pod
 from extender.podoutcome import CELLS, ENDS, PodSignal, Prediction
 from extender.scorecard import GONE_GRACE_SECONDS, STORIES_PER_CELL, Scorecard, precision_recall
-from extender.server import Extender
 from tests.conftest import make_node, make_pod
 
 SETTLE, WINDOW = 30.0, 3600.0

@@ -12,11 +12,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from extender.answer import Reasons
 from extender.cluster import ClusterState
 from extender.config import build_config
-from extender.decision import Reasons
+from extender.handlers import NOT_SYNCED, Extender
 from extender.metrics import Metrics
-from extender.server import NOT_SYNCED, Extender, create_app
+from extender.server import create_app
 from tests.conftest import make_extender, make_node, make_pod, make_state, pod_json
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]

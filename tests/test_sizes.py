@@ -12,18 +12,19 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks import sizes as sizes_benchmark
+from extender.answer import Outcome, Reasons
 from extender.capacity import Fit
 from extender.cluster import ClusterState
 from extender.config import ConfigError, build_config
-from extender.decision import Outcome, Reasons
 from extender.diagnostics import node_rows, parse_state_report, render_node_rows
 from extender.explain import explain_pod, render_table
+from extender.handlers import Extender
 from extender.kube.events import event_for
 from extender.metrics import Metrics
 from extender.objects import Node, Pod
 from extender.policy import Mode
 from extender.scrape import MetricsPage
-from extender.server import Extender, create_app
+from extender.server import create_app
 from extender.verbs import ExtenderVerbs
 from tests.conftest import Clock
 

@@ -12,11 +12,12 @@ import msgspec
 import pytest
 from prometheus_client import generate_latest
 
+from extender.answer import Reasons
 from extender.config import build_config
-from extender.decision import Reasons
+from extender.handlers import WINDOW_RETRY_MESSAGE
 from extender.objects import Node, Pod
 from extender.reference import SizeView
-from extender.server import WINDOW_RETRY_MESSAGE, create_app
+from extender.server import create_app
 from extender.verbs import ExtenderVerbs
 from extender.window import (
     ENFORCE_MARKER,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.decision import FilterDecision, HostScores
+from extender.answer import FilterDecision, HostScores
 from extender.namelist import NameList
 from extender.wire import (
     RECENT_CANDIDATE_LISTS,

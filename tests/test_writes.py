@@ -7,7 +7,7 @@ import asyncio
 
 from prometheus_client import generate_latest
 
-from extender.decision import FilterDecision, Outcome
+from extender.answer import FilterDecision, Outcome
 from extender.kube.events import PodEvents
 from extender.metrics import Metrics
 from extender.nudge import NudgePacer

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender.answer import Reasons
 from extender.capacity import Fit
-from extender.decision import Reasons
 
 Verdict = tuple[str, str]
 

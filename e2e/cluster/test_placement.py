@@ -27,7 +27,7 @@ from e2e.cluster.placement_support import (
     wait_for_event,
 )
 from e2e.controlplane import wait_until
-from extender.decision import Outcome
+from extender.answer import Outcome
 from extender.kube.events import REASON_NO_CAPACITY, REASON_NO_COMPATIBLE, event_for
 from extender.wire import SMALL_CANDIDATE_LIST
 

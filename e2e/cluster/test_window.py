@@ -30,7 +30,7 @@ from e2e.cluster.placement_support import (
     wait_for_event,
 )
 from e2e.controlplane import Scheduler, extender_scheduler_config, wait_until
-from extender.server import WINDOW_RETRY_MESSAGE
+from extender.handlers import WINDOW_RETRY_MESSAGE
 from extender.window import ENFORCE_MARKER
 
 pytestmark = pytest.mark.cluster

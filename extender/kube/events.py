@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
-from extender.decision import FilterDecision, Outcome
+from extender.answer import FilterDecision, Outcome
 from extender.metrics import Metrics
 from extender.objects import Pod
 from extender.writes import PER_MINUTE, WriteBudget

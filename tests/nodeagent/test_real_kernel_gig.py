@@ -22,9 +22,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from extender.answer import Reasons
 from extender.cluster import ClusterState
 from extender.config import build_config
-from extender.decision import Reasons
 from extender.nodeagent.probe import Roots, read_record
 from extender.nodeagent.record import NodeRecord
 from extender.verbs import ExtenderVerbs

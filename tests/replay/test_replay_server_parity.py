@@ -14,8 +14,9 @@ from aiohttp.test_utils import TestClient
 
 from extender.binding import BindingArgs
 from extender.cluster import ClusterState
+from extender.handlers import Extender
 from extender.metrics import Metrics
-from extender.server import Extender, create_app
+from extender.server import create_app
 from replay.model import GIB, Blind, InFlight, NodeGroup, Scenario, Trace, parse_variant
 from replay.simulate import PodPlan, Replay, build_nodes, node_object, pod_object
 
