@@ -17,6 +17,9 @@ packages (images/consumers):
 
 A consumer that finds no pages fails on its node with its own error, which is what the A/B
 counts (``CONSUMER_ERRORS``). Every consumer takes ``UNIT`` pages (128 MiB).
+
+The A/B's shadow arm places as off does; shadow's scorecard, read with ``kubectl hugepages
+shadow`` as an operator reads it, must put each of its pods in the one cell of what the test saw.
 """
 
 from __future__ import annotations
