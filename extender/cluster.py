@@ -273,14 +273,14 @@ class ClusterState:
         more = tuple(node_capacity(node, size.resource_name, size.page_size) for size in self._more)
         return node.metadata.name, msgspec.structs.replace(capacity, more=more, reach=node_reach(node))
 
-    def pod_record(self, pod: Pod) -> PodRecord:
-        record = self._pod_record(pod)
+    def with_signal(self, record: PodRecord, pod: Pod) -> PodRecord:
+        """The record of a bound pod of a shadow namespace with its status as the scorecard reads it."""
         if pod.spec.node_name and self._config.policy_for(pod.metadata.namespace).mode is Mode.SHADOW:
             meta = pod.metadata
             return msgspec.structs.replace(record, signal=signal_of(pod), pod=f"{meta.namespace}/{meta.name}")
         return record
 
-    def _pod_record(self, pod: Pod) -> PodRecord:
+    def pod_record(self, pod: Pod) -> PodRecord:
         meta = pod.metadata
         node = pod.spec.node_name
         if node and not pod.is_terminal:

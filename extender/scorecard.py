@@ -19,7 +19,7 @@ Rows are the namespaces the config names and ``_other`` for the rest (as the met
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -218,6 +218,7 @@ class Scorecard:
         start, precision and recall over the window, the last pods of each cell; one row when named."""
         now = self._clock()
         oldest = int(now // self._bucket_seconds) - WINDOW_BUCKETS + 1
+        awaiting = Counter(f.row for f in self._followed.values())
         rows = {}
         for name, data in sorted(self.rows.items()):
             if row is not None and name != row:
@@ -229,7 +230,7 @@ class Scorecard:
                 "total": dict(data.total),
                 "precision": precision,
                 "recall": recall,
-                "awaiting": sum(1 for f in self._followed.values() if f.row == name),
+                "awaiting": awaiting[name],
                 "pods": {cell: [s.as_dict() for s in reversed(data.stories[cell])] for cell in CELLS},
             }
         return {

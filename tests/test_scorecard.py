@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
+import msgspec
 import pytest
 
+from extender.cluster import ClusterState
+from extender.config import build_config
+from extender.metrics import Metrics
+from extender.objects import Pod
 from extender.podoutcome import CELLS, ENDS, PodSignal, Prediction
 from extender.scorecard import GONE_GRACE_SECONDS, STORIES_PER_CELL, Scorecard, precision_recall
+from extender.server import Extender
+from tests.conftest import make_node, make_pod
 
 SETTLE, WINDOW = 30.0, 3600.0
 REJECT = Prediction(would_reject=True, why="Insufficient hugepages-2Mi", judged_by="bind")
@@ -197,3 +205,47 @@ def test_precision_and_recall_are_none_without_their_cells() -> None:
     assert precision_recall(counts) == (None, None)
     counts.update(predicted_failed=3, predicted_ran=1, failed_unpredicted=0)
     assert precision_recall(counts) == (0.75, 1.0)
+
+
+def test_the_extender_judges_a_pod_first_shown_bound_against_the_pool_without_it_and_counts_its_outcome() -> None:
+    """The watch path (no bind verb): the verdict on the node when the watch first shows the pod bound,
+    read before the state counts the pod; its status then decides its cell and the metric."""
+    config = build_config({"shadowSettleSeconds": 0, "namespaces": {"team": {"mode": "shadow"}}}, {})
+    state = ClusterState(config)
+    state.replace([make_node("a", hugepages="512Mi")], [])
+    extender = Extender(config, state, Metrics())
+
+    def placed(name: str, **status: Any) -> str:
+        waiting = make_pod(name, "team", hugepages="512Mi")
+        state.apply_pod(waiting)
+        extender.verbs.filter_pod(waiting, ["a"])
+        for pod in (make_pod(name, "team", hugepages="512Mi", node="a", phase="Running"), _with(waiting, **status)):
+            record = state.with_signal(state.pod_record(pod), pod)
+            extender.pod_seen(record, False)
+            state.apply_pod_record(record)
+        return f"team/{name}"
+
+    placed("first", phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+    placed("second", phase="Failed", reason="OutOfhugepages-2Mi")
+    report = extender.scorecard.report("team")["namespaces"]["team"]
+    first, second = report["pods"]["ran_as_predicted"][0], report["pods"]["predicted_failed"][0]
+    assert (first["pod"], first["verdict"], first["judgedBy"]) == ("team/first", "would admit", "watch")
+    assert second["pod"] == "team/second"
+    assert second["verdict"].startswith("would reject: Insufficient hugepages-2Mi")
+    assert second["outcome"] == "failed: OutOfhugepages-2Mi"
+    samples = {
+        s.labels["cell"]: s.value
+        for family in extender.metrics.registry.collect()
+        if family.name == "hugepage_extender_shadow_outcomes"
+        for s in family.samples
+        if s.name.endswith("_total") and s.labels["pod_namespace"] == "team"
+    }
+    assert samples == {"predicted_failed": 1, "predicted_ran": 0, "failed_unpredicted": 0, "ran_as_predicted": 1}
+
+
+def _with(pod: Pod, **status: Any) -> Pod:
+    """``pod`` bound to node a with this status, as the watch decodes it."""
+    document = msgspec.to_builtins(pod)
+    document["spec"]["nodeName"] = "a"
+    document["status"] = status
+    return msgspec.json.decode(msgspec.json.encode(document), type=Pod)

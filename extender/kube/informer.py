@@ -98,7 +98,9 @@ class ClusterInformer:
             **self._timeouts,  # type: ignore[arg-type]
         )
         pods: Reflector[Pod, PodRecord] = Reflector(
-            Resource("pods", self._core.list_pod_for_all_namespaces, Pod, self._pod_record, ACTIVE_PODS),
+            Resource(
+                "pods", self._core.list_pod_for_all_namespaces, Pod, self._pod_record, ACTIVE_PODS, self._pod_event
+            ),
             Handlers(self._pods_listed, self._pod_upserted, self._pod_deleted),
             post,
             stop=self._stop,
@@ -106,10 +108,16 @@ class ClusterInformer:
         )
         self.reflectors = {"nodes": nodes, "pods": pods}
         if self.pod_seen is not None:
-            seen = self.pod_seen
             ended: Reflector[Pod, PodRecord] = Reflector(
-                Resource("ended pods", self._core.list_pod_for_all_namespaces, Pod, self._pod_record, ENDED_PODS),
-                Handlers(lambda records: None, lambda record: seen(record, False), lambda record: None),
+                Resource(
+                    "ended pods",
+                    self._core.list_pod_for_all_namespaces,
+                    Pod,
+                    self._pod_record,
+                    ENDED_PODS,
+                    self._pod_event,
+                ),
+                Handlers(lambda records: None, lambda record: self._tell(record, False), lambda record: None),
                 post,
                 stop=self._stop,
                 **self._timeouts,  # type: ignore[arg-type]
@@ -174,6 +182,12 @@ class ClusterInformer:
             log.warning("node %s: %s; counting it as a node without a pool", node.metadata.name, error)
             return node.metadata.name, NodeCapacity(0, 0, 0)
 
+    def _pod_event(self, pod: Pod) -> PodRecord:
+        """A watch event's pod: with its status as the scorecard reads it, when its namespace is in shadow
+        (a list's pods are not read so: 7 us a pod, and nothing follows them)."""
+        record = self._pod_record(pod)
+        return self._state.with_signal(record, pod) if self.pod_seen is not None else record
+
     def _pod_record(self, pod: Pod) -> PodRecord:
         try:
             return self._state.pod_record(pod)
@@ -224,11 +238,18 @@ class ClusterInformer:
         self._mark_synced("pods")
 
     def _pod_upserted(self, record: PodRecord) -> None:
-        if self.pod_seen is not None:
-            self.pod_seen(record, False)
+        self._tell(record, False)
         self._state.apply_pod_record(record)
 
     def _pod_deleted(self, record: PodRecord) -> None:
-        if self.pod_seen is not None:
-            self.pod_seen(record, True)
+        self._tell(record, True)
         self._state.remove_pod(record.uid)
+
+    def _tell(self, record: PodRecord, deleted: bool) -> None:
+        if self.pod_seen is None or record.signal is None:
+            return
+        try:
+            self.pod_seen(record, deleted)
+        except Exception:
+            # The state applies the event all the same: the scorecard never costs the cache an event.
+            log.exception("shadow's scorecard failed on a pod event")

@@ -95,6 +95,8 @@ class Resource(Generic[Obj, Rec]):
     object_type: type[Obj]
     compact: Callable[[Obj], Rec]
     field_selector: str | None = None
+    # A watch event's object, when it needs more than a listed one (a shadow pod's status: extender.podoutcome).
+    compact_event: Callable[[Obj], Rec] | None = None
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,7 @@ class Reflector(Generic[Obj, Rec]):
         if event.type == "BOOKMARK":
             return msgspec.json.decode(event.object, type=_Versioned).metadata.resource_version or version
         obj = self._object.decode(event.object)
-        record = self._resource.compact(obj)
+        record = (self._resource.compact_event or self._resource.compact)(obj)
         if event.type == "DELETED":
             self._post(lambda: self._handlers.deleted(record))
         else:
