@@ -233,8 +233,10 @@ def test_ab_real_consumers_do_not_fail_on_the_node(workers: list[str]) -> None:
         f"A/B with real consumers ({POOL_PAGES} x 2Mi pool, QEMU on the host holding {held} pages, "
         f"burst of {off['pods']} VMs and DPDK x {UNIT} pages): "
         f"off: {len(off['failed'])} of {off['pods']} failed on the node ({by_message} by the consumer's own error); "
-        f"shadow: {len(shadow['failed'])} failed, scorecard {', '.join(f'{c} {total.get(c)}' for c in CELLS)}; "
-        f"enforce: {len(enforce['failed'])} failed, {len(enforce['pending'])} pending with a reason; "
+        f"shadow: {len(shadow['failed'])} failed ({', '.join(sorted(shadow['failed']))}), "
+        f"scorecard {', '.join(f'{c} {total.get(c)}' for c in CELLS)}; "
+        f"enforce: {len(enforce['failed'])} failed, {len(enforce['pending'])} pending with a reason "
+        f"({', '.join(sorted(enforce['pending']))}); "
         f"seconds per arm: {', '.join(f'{n} {t:.0f}' for n, t in took.items())}"
     )
     print("\n" + summary)
