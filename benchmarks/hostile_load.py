@@ -12,7 +12,9 @@ in count and in time. The attacks, as the issue found them:
 - ``verbs-headers``: complete requests with header blocks as large as the limits allow, to the verbs;
 - ``slow-readers``: prioritize requests of 100,000 long names whose 34 MiB answers are never read;
 - ``withheld-uploads``: bodies just under ``maxRequestBytes`` whose last byte never comes;
-- ``combined``: the fuzz of ``benchmarks.fuzz`` running while every flood above runs again and again.
+- ``combined``: the fuzz of ``benchmarks.fuzz`` running while every flood above runs again and again;
+- ``memory-together``: gzip'ed worst-case prioritize bodies, withheld uploads and slow readers, each
+  again and again, together for 40 s (issue 29, ``memory_attacks_together``).
 
 Run: ``python -m benchmarks.hostile_load [--scale 1.0] [--attacks NAME ...] [--json FILE]``.
 """
@@ -401,6 +403,17 @@ def run_attack(name: str, scale: float = 1.0) -> dict[str, Any]:
         finally:
             log = serve.stop()
     return {"attack": name, **figures, **_logged(log)}
+
+
+def memory_together(seconds: float = 40.0) -> dict[str, Any]:
+    """Issue 29's combined memory attack (``memory_attacks_together``) against a fresh ``serve``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        serve = Serve(Path(tmp))
+        try:
+            figures = asyncio.run(_measured(serve, lambda: memory_attacks_together(serve.port, seconds)))
+        finally:
+            log = serve.stop()
+    return {"attack": "memory-together", **figures, **_logged(log)}
 
 
 def _logged(log: str) -> dict[str, int]:
@@ -810,7 +823,7 @@ def combined(requests: int = 100_000, seconds: float = 600.0, scale: float = 0.5
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.hostile_load", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="1.0: the issue's sizes")
-    names = [*attacks(1.0), "descriptors", "combined", "metrics-scrapes"]
+    names = [*attacks(1.0), "descriptors", "combined", "metrics-scrapes", "memory-together"]
     parser.add_argument("--attacks", nargs="*", choices=names, default=names)
     parser.add_argument("--combined-requests", type=int, default=100_000)
     parser.add_argument("--json", type=Path, help="write the figures here too")
@@ -821,6 +834,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             figures = {"attack": name, **descriptor_exhaustion()}
         elif name == "metrics-scrapes":
             figures = {"attack": name, **metrics_under_scrapes()}
+        elif name == "memory-together":
+            figures = memory_together()
         elif name == "combined":
             figures = combined(args.combined_requests, scale=args.scale / 2)
         else:

@@ -26,8 +26,10 @@ DEFAULT_RESOURCE = "hugepages-2Mi"
 # A 5,000-node full-Nodes request is ~20 MB; the worst 32 MiB request peaks near 340 MiB RSS
 # (benchmarks/worst_request.py), which the chart's 512Mi limit holds with the cluster cache.
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
-# Across every connection: request bodies being read and answers not yet taken (an answer is at
-# most about 1.06 times its request). Past it, the holders that stalled longest are cut.
+# Across every connection: request bodies being read and decided (a gzip'ed one at its inflated
+# size), answers not yet taken (an answer is at most about 1.06 times its request), and the
+# candidate lists kept for the next requests. Past it, the kept lists go, then the holders that
+# stalled longest are cut.
 DEFAULT_MAX_BUFFERED_BYTES = 2 * DEFAULT_MAX_REQUEST_BYTES
 # Open connections per port; past it a new one closes the idlest (docs/reliability.md).
 DEFAULT_MAX_CONNECTIONS = 64

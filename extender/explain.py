@@ -12,7 +12,7 @@ for pod events. With the node agents' records it shows, per node, what the
 node itself reported and how old that is, and whether the extender used it.
 
 A pod asking pages of several sizes gets one table per size and, per node, the
-verdict the filter gives over them all (``decision.size_verdict``, the filter's own).
+verdict the filter gives over them all (``reference.size_verdict``, the filter's own).
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from dataclasses import asdict, dataclass, field
 
 import msgspec
 
+from extender.answer import Reasons
 from extender.capacity import UNKNOWN_ACCOUNT, Fit, NodeAccount, fits, hugepages_for
 from extender.cluster import ClusterState
-from extender.decision import Reasons, SizeView, size_verdict
 from extender.diagnostics import NodeHolds, with_holds
 from extender.objects import Pod
 from extender.podrequest import PodDemand
 from extender.policy import Policy
+from extender.reference import SizeView, size_verdict
 from extender.reports import ReportState, ReportView
 from extender.scoring import node_load, priority
 

@@ -74,6 +74,22 @@ class NameList(Sequence[str]):
             return None
         return cls(json, commas)
 
+    def nbytes(self) -> int:
+        """About what the list holds in memory: its bytes and arrays, and once decoded each name's
+        string (49 bytes and its characters) with its slot, and the slots readers found (``memo``:
+        an array of them per table, in a tuple)."""
+        count = len(self)
+        size = len(self.json) + self._commas.nbytes
+        if self._names is not None:
+            size += len(self.json) + 57 * count
+        for array in (self._array, self._lengths):
+            if array is not None:
+                size += array.nbytes
+        memo = self.memo
+        if memo is not None:
+            size += 8 * count * (len(memo) if isinstance(memo, tuple) else 1)
+        return size
+
     def __len__(self) -> int:
         return len(self._commas) + 1 if len(self.json) > 2 else 0
 

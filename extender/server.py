@@ -9,29 +9,27 @@ become clear 4xx answers (with an honest log line), anything else a logged
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 import re
 import signal
 import ssl
 import time
-import zlib
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
-from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from extender.binding import Binder, BindError
-from extender.budget import BufferLedger, Holding
+from extender.bodies import BODY_TIMEOUT_SECONDS, ClientGone, NoRoom, read_body
+from extender.bodies import done as done_with_body
+from extender.budget import KEPT, BufferLedger, Holding
 from extender.cluster import ClusterState, PodRecord
 from extender.config import Config
 from extender.connections import (
-    CUT_REASONS,
     GuardedRunner,
     connections_within_open_files,
     cut_overdue_answers,
@@ -54,8 +52,10 @@ from extender.verbs import BindResult, ExtenderVerbs, FilterResult
 from extender.waiting import WaitingPods
 from extender.wire import (
     WireError,
+    drop_recent_candidates,
     parse_binding_args,
     parse_extender_args,
+    recent_candidate_bytes,
     render_binding,
     render_error,
     render_filter,
@@ -74,7 +74,6 @@ WINDOW_RETRY_MESSAGE = (
 # The label value of every namespace the config does not name: "_" is in no namespace's name.
 OTHER_NAMESPACES = "_other"
 CLIENT_GONE = 499  # counted, never sent: the client left before its body arrived (nginx's code)
-BODY_TIMEOUT_SECONDS = 10.0  # the scheduler sends a whole request within its httpTimeout (5 s)
 # Above Go's http.Transport IdleConnTimeout (90 s), so the scheduler, not the server, closes
 # an idle connection (no POST lost to a close racing its reuse); also bounds a connection
 # that never sends a request (aiohttp starts the timer when the connection is made).
@@ -104,92 +103,6 @@ def unready_message(reason: str) -> str:
 
 
 NOT_SYNCED = unready_message("cluster state not synced yet")
-
-
-class ClientGone(Exception):
-    """The client closed the connection before its request body arrived."""
-
-
-# zlib's window bits: a gzip stream (16 + 15) or a zlib one (15); "deflate" in HTTP is zlib.
-_ENCODINGS = {"gzip": 16 + 15, "x-gzip": 16 + 15, "deflate": 15}
-
-
-async def read_body(request: web.Request, timeout: float = BODY_TIMEOUT_SECONDS) -> bytes:
-    """The request body, with every failure to receive it a known error:
-    a body its Content-Encoding does not describe is a WireError (400), a body
-    that takes longer than ``timeout`` a 408, a client that leaves ClientGone.
-
-    aiohttp's own decompression is off (``app_runner``): it logged a traceback for an
-    encoding it lacks and waited for the rest of a truncated stream. Here a body is
-    decompressed in one call, bounded by ``client_max_size`` like a plain one.
-    """
-    limit = request.app._client_max_size  # aiohttp has no public getter
-    if request.content.is_eof():
-        # All of it has arrived (most requests): aiohttp buffers at most 128 KiB of a body before
-        # it stops reading, so it is small, and it is read without a wait: no timer, no budget.
-        body = await _receive(request, limit, None, None)
-    else:
-        ledger = request.app[BUFFERS]
-        holding = ledger.open("body", functools.partial(_cut_body, request), time.monotonic())
-        try:
-            async with asyncio.timeout(timeout):
-                body = await _receive(request, limit, ledger, holding)
-        except RequestPayloadError:
-            raise WireError("the body could not be read") from None
-        except TimeoutError:
-            raise web.HTTPRequestTimeout(text="request body not received in time") from None
-        except ConnectionResetError:
-            raise ClientGone from None
-        finally:
-            ledger.close(holding)
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    wbits = _ENCODINGS.get(encoding)
-    if wbits is None:
-        raise WireError(f"Content-Encoding {quote(encoding)} is not supported (gzip, deflate or none)")
-    inflater = zlib.decompressobj(wbits)
-    try:
-        plain = inflater.decompress(body, limit + 1)
-    except zlib.error:
-        raise WireError("the body does not match its Content-Encoding") from None
-    if len(plain) > limit:
-        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(plain))
-    if not inflater.eof or inflater.unused_data:
-        raise WireError("the body does not match its Content-Encoding")
-    return plain
-
-
-async def _receive(request: web.Request, limit: int, ledger: BufferLedger | None, holding: Holding | None) -> bytes:
-    """The body, at most ``limit`` bytes, read from the stream: ``request.read()`` would keep it
-    on the request, and aiohttp keeps a keep-alive connection's last request (and response)
-    until the next request on that connection arrives. Each idle connection kept its last body:
-    up to maxRequestBytes each, about 20 MiB each with full Nodes at 5,000 nodes. What has
-    arrived counts against the process's budget of bytes held for clients (``ledger``)."""
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        while chunk := await request.content.readany():
-            size += len(chunk)
-            if size > limit:
-                raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
-            chunks.append(chunk)
-            if ledger is not None and holding is not None:
-                ledger.grow(holding, len(chunk), time.monotonic())
-    except BaseException:
-        # The stream keeps the error, whose traceback keeps this frame, which keeps the request
-        # and so the stream: a cycle, freed only by a full collection. A cut 31 MiB body stayed.
-        chunks.clear()
-        raise
-    return b"".join(chunks)
-
-
-def _cut_body(request: web.Request, reason: str) -> None:
-    log.warning("a body from %s cut: %s", request.remote, CUT_REASONS[reason])
-    metrics = request.app[EXTENDER].metrics
-    metrics.child(metrics.connections_cut, f"body_{reason}").inc()
-    if request.transport is not None:
-        request.transport.abort()
 
 
 class _Answer(web.Response):
@@ -266,8 +179,10 @@ class Extender:
         self.events = events
         self.verbs = ExtenderVerbs(config, state, rng=rng, verify_holds=verify_holds)
         self.body_timeout_seconds = BODY_TIMEOUT_SECONDS
-        # Bytes held for clients across both ports: bodies being read, answers not yet taken.
+        # Bytes held for clients across both ports: bodies being read and decided, answers not yet
+        # taken, the candidate lists the wire keeps (``_count_kept_lists``).
         self.buffers = BufferLedger(config.max_buffered_bytes)
+        self._kept_lists: Holding | None = None
         self.draining = False  # SIGTERM: readiness fails first, begun requests are still answered
         self.waiting = WaitingPods()  # enforced pods no node could take, for the Pending alert
         self.nudger = nudger
@@ -292,8 +207,38 @@ class Extender:
             for cell in CELLS:
                 metrics.child(metrics.shadow_outcomes, row, cell)
 
+    async def _body(self, request: web.Request) -> bytes:
+        return await read_body(request, self.buffers, self._count_cut, self.body_timeout_seconds)
+
+    def _count_cut(self, reason: str) -> None:
+        self.metrics.child(self.metrics.connections_cut, reason).inc()
+
+    def done_with(self, request: web.Request) -> None:
+        """A verb is done: its body is let go of, and what the wire keeps for the next requests is
+        counted again."""
+        done_with_body(request, self.buffers)
+        self._count_kept_lists()
+
+    def _count_kept_lists(self) -> None:
+        """The candidate lists the wire keeps for the next requests count against the budget, and
+        are the first to go when it needs room: the newest is kept whatever its size, and one of
+        100,000 long names held about 100 MiB after its request."""
+        size = recent_candidate_bytes()
+        kept = self._kept_lists
+        if kept is None:
+            if not size:
+                return
+            kept = self._kept_lists = self.buffers.open(KEPT, self._drop_kept_lists, time.monotonic())
+        self.buffers.grow(kept, size - kept.size, time.monotonic())
+
+    def _drop_kept_lists(self, reason: str) -> None:
+        drop_recent_candidates()
+        if self._kept_lists is not None:
+            self.buffers.close(self._kept_lists)  # let go of at once: nothing to unwind
+            self._kept_lists = None
+
     async def filter(self, request: web.Request) -> web.StreamResponse:
-        args = parse_extender_args(await read_body(request, self.body_timeout_seconds))
+        args = parse_extender_args(await self._body(request))
         unready = self.state.unready_reason()
         if unready is not None:
             # The scheduling attempt fails and the pod is retried: better than a placement
@@ -311,14 +256,14 @@ class Extender:
         return _answer(render_filter(args, result.decision))
 
     async def prioritize(self, request: web.Request) -> web.StreamResponse:
-        args = parse_extender_args(await read_body(request, self.body_timeout_seconds))
+        args = parse_extender_args(await self._body(request))
         if self.state.unready_reason() is not None:
             # Prioritize errors are ignored by the scheduler; neutral scores say the same.
             return _answer(render_priorities(HostScores.neutral(args.node_names)))
         return _answer(render_priorities(self.verbs.prioritize_pod(args.pod, args.node_names)))
 
     async def bind(self, request: web.Request) -> web.Response:
-        args = parse_binding_args(await read_body(request, self.body_timeout_seconds))
+        args = parse_binding_args(await self._body(request))
         if self.binder is None:
             message = "bind verb is not enabled (serve --enable-bind)"
             return web.Response(status=404, body=render_error(message), content_type=JSON)
@@ -574,8 +519,11 @@ class Begun:
 BEGUN = web.AppKey("begun", Begun)
 
 
-def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int, begun: Begun) -> Handler:
-    """One verb's handler, with its metrics and the mapping of errors to clear answers.
+def _verb(
+    verb: str, handler: Handler, metrics: Metrics, max_bytes: int, begun: Begun, *, done: Callable[[web.Request], None]
+) -> Handler:
+    """One verb's handler, with its metrics and the mapping of errors to clear answers; ``done`` once
+    it has its answer (or error), before the answer is sent.
 
     A wrapper per route rather than an aiohttp middleware: the scheduler waits on
     every call, and a middleware chain costs each request more (about 15 us here).
@@ -599,6 +547,12 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int, begun: 
                 log.warning("bad %s request from %s: body over %d bytes", verb, request.remote, max_bytes)
                 message = f"request body over maxRequestBytes ({max_bytes} bytes)"
                 response = web.Response(status=413, body=render_error(message), content_type=JSON)
+            except NoRoom:
+                log.warning(
+                    "%s request from %s refused: no room for its body now (maxBufferedBytes)", verb, request.remote
+                )
+                message = "the extender has no room for this request's body now (maxBufferedBytes): retry"
+                response = web.Response(status=503, body=render_error(message), content_type=JSON)
             except (web.HTTPException, asyncio.CancelledError):
                 raise
             except Exception:
@@ -614,6 +568,7 @@ def _verb(verb: str, handler: Handler, metrics: Metrics, max_bytes: int, begun: 
             status = error.status
             raise
         finally:
+            done(request)
             begun.leave()
             metrics.child(metrics.requests, verb, str(status)).inc()
             metrics.child(metrics.latency, verb).observe(time.perf_counter() - started)
@@ -834,7 +789,9 @@ def create_app(extender: Extender) -> web.Application:
         lambda: extender.waiting.summary(time.monotonic(), lambda uid: extender.state.owner_of(uid) is not None)
     )
     for verb, handler in (("filter", extender.filter), ("prioritize", extender.prioritize), ("bind", extender.bind)):
-        app.router.add_post(f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes, begun))
+        app.router.add_post(
+            f"/{verb}", _verb(verb, handler, extender.metrics, max_bytes, begun, done=extender.done_with)
+        )
     app.router.add_get("/debug/state", extender.debug_state)  # read-only; the verbs' TLS and client certificates
     app.router.add_get("/debug/shadow", extender.debug_shadow)  # read-only, as /debug/state
     app.router.add_get("/healthz", extender.healthz)

@@ -47,12 +47,8 @@ from extender.decision import (
     HostScores,
     Outcome,
     Reasons,
-    SizeView,
-    filter_nodes,
     filter_sizes,
-    prioritize_nodes,
     prioritize_sizes,
-    size_verdict,
 )
 from extender.holds import HOLD_LIMIT
 from extender.objects import Pod
@@ -60,6 +56,7 @@ from extender.podoutcome import Prediction
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.reach import UNCONSTRAINED, PodReach, pod_reach
+from extender.reference import SizeView, size_verdict
 from extender.window import WindowRetries, room_anywhere, through_enforce_entry
 
 RECENT_PODS = 10_000  # pods between filter and bind; far more than a scheduler has in flight
@@ -186,6 +183,7 @@ class ExtenderVerbs:
             policy = self.config.policy_for(namespace)
         owner = f"{namespace}/{name}"
         refused_before = self.refused_holds
+        sizes = demand.sizes_needed or (0,)  # the sizes decided on (none asked: the first, passed through)
 
         def result(decision: FilterDecision, held: bool = False, window_retry: int = 0) -> FilterResult:
             shown = self.state.owner_of(uid) == owner
@@ -198,51 +196,37 @@ class ExtenderVerbs:
             # A new attempt for this pod: its previous attempt's hold is over, and must not
             # count against the pod itself.
             self.state.release(uid)
-        needed = demand.sizes_needed
-        sizes = needed if len(needed) > 1 else (needed[0] if needed else 0,)
-        if len(needed) <= 1:  # one size (or none): that size's accounts alone, as with one size guarded
-            index = sizes[0]
-            view = self._size_view(index, demand, uid, owner, policy)
-            views = [view]
-            decision = filter_nodes(
-                demand.of_size(index),
-                candidates,
-                accounts=view.accounts,
-                policy=policy,
-                reasons=view.reasons,
-                rng=self.rng,
-                headroom=view.headroom,
-                columns=view.columns,
-            )
-        else:
-            views = [self._size_view(index, demand, uid, owner, policy) for index in needed]
-            decision = filter_sizes(demand, candidates, views=views, policy=policy, rng=self.rng)
-        window_retry = 0
-        if own and uid and decision.passed:
-            self.window_retries.placed(uid)
-        elif own and uid and enforce_entry and policy.mode is Mode.ENFORCE:
-            window_retry = self._window_retry(uid, demand, policy, decision, candidates, views, reach)
-        if window_retry:
-            return result(decision, window_retry=window_retry)  # no hold: no node was admitted
-        if not own or not uid:
+        views = [self._size_view(index, demand, uid, owner, policy) for index in sizes]
+        decision = filter_sizes(demand, candidates, views=views, policy=policy, rng=self.rng)
+        if not (own and uid):
             self.refused_holds += bool(uid)
             return result(decision)
+        if decision.passed:
+            self.window_retries.placed(uid)
+        elif enforce_entry and policy.mode is Mode.ENFORCE:
+            window_retry = self._window_retry(uid, demand, policy, decision, candidates, views, reach)
+            if window_retry:
+                return result(decision, window_retry=window_retry)  # no hold: no node was admitted
         # Every mode: a pod placed in an off namespace still takes pages that
         # enforcing namespaces must see in flight once bind names its node.
         passed = decision.passed
         admitted = tuple(passed) if len(passed) <= HOLD_LIMIT else None
         self._remember(uid, _Filtered(owner, demand, policy, admitted))
-        held = False
-        if demand.wants_hugepages and self.hold_in_flight and policy.mode is Mode.ENFORCE and self._may_hold(uid):
-            not_shown = self.verify_holds and self.state.owner_of(uid) is None and not self.state.is_bound(uid)
-            if not_shown and uid not in self._unverified_uids:
-                if len(self._unverified_uids) >= MAX_UNVERIFIED_HOLDS:
-                    self.refused_holds += 1
-                    return result(decision)
-                self._unverified_uids[uid] = None
-                self._unverified.append((self.state.now() + UNVERIFIED_HOLD_SECONDS, uid))
-            held = self.state.hold(uid, decision.nodes_to_hold, demand, policy.hold_timeout_seconds)
-        return result(decision, held)
+        return result(decision, self._hold(uid, demand, policy, decision))
+
+    def _hold(self, uid: str, demand: PodDemand, policy: Policy, decision: FilterDecision) -> bool:
+        """Hold an enforced pod's need on the nodes its filter admitted; whether it was held. A pod the
+        watch has not shown (yet) is held only while few such are (``MAX_UNVERIFIED_HOLDS``)."""
+        if not (demand.wants_hugepages and self.hold_in_flight and policy.mode is Mode.ENFORCE and self._may_hold(uid)):
+            return False
+        not_shown = self.verify_holds and self.state.owner_of(uid) is None and not self.state.is_bound(uid)
+        if not_shown and uid not in self._unverified_uids:
+            if len(self._unverified_uids) >= MAX_UNVERIFIED_HOLDS:
+                self.refused_holds += 1
+                return False
+            self._unverified_uids[uid] = None
+            self._unverified.append((self.state.now() + UNVERIFIED_HOLD_SECONDS, uid))
+        return self.state.hold(uid, decision.nodes_to_hold, demand, policy.hold_timeout_seconds)
 
     def _size_view(self, index: int, demand: PodDemand, uid: str, owner: str, policy: Policy) -> SizeView:
         """What the filter reads of one size's accounts for this pod."""
@@ -289,10 +273,6 @@ class ExtenderVerbs:
             columns = state.columns if accounts is state.accounts else None
             need = demand.of_size(index).hugepage_bytes
             views.append(SizeView(need, accounts, self.size_reasons[index], columns=columns))
-        if len(views) == 1:
-            size = views[0]
-            of_size = PodDemand(size.need, demand.cpu_millis, demand.guaranteed) if demand.more_bytes else demand
-            return prioritize_nodes(of_size, candidates, accounts=size.accounts, policy=policy, columns=size.columns)
         return prioritize_sizes(demand, candidates, views=views, policy=policy)
 
     def bind_refusal(self, uid: str, namespace: str, name: str, node: str) -> str | None:
@@ -330,7 +310,7 @@ class ExtenderVerbs:
 
     def room_at_bind(self, uid: str, node: str) -> str | None:
         """Why ``node`` no longer holds the filtered pod ``uid``, None when it does: its filter's
-        verdict (``decision.size_verdict``, the capacity helper ``fits`` over every size the pod
+        verdict (``reference.size_verdict``, the capacity helper ``fits`` over every size the pod
         asks, one NUMA node where its policy pins it) with every account and hold counted but the
         pod's own, and the holds a pod the watch shows never sees (those of pods it has not shown)
         left out as its filter leaves them. Only enforce refuses: shadow and off change no decision."""

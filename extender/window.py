@@ -31,8 +31,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from extender.capacity import headroom_bytes, numa_headroom_bytes
-from extender.decision import SizeView
 from extender.objects import Pod
+from extender.reference import SizeView
 
 # The marker extended resource of the enforce entry (decision 0005; the chart's
 # "hugepage-extender.marker.enforce"): a pod carrying it was sent through the entry that is not

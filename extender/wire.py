@@ -98,10 +98,11 @@ MAX_CANDIDATES = 100_000
 
 
 # What the recent long NodeNames lists may hold at once (the newest is always kept, as large
-# as maxRequestBytes allows): one list per scheduler sharing this extender, for up to 8 of them
-# at 15,000 nodes. A kept list costs about 110 bytes a name once its names are decoded and its
-# slots found (its bytes twice, each name's string, two arrays): 4.4 MiB for 8 lists of 5,000
-# names, and at most about 20 MiB whatever the requests bring.
+# as maxRequestBytes allows, while the server's budget has room for it: ``recent_candidate_bytes``,
+# ``drop_recent_candidates``): one list per scheduler sharing this extender, for up to 8 of them
+# at 15,000 nodes. A kept list costs about 100 bytes a name once its names are decoded and its
+# slots found (its bytes, each name's string, two arrays): 4 MiB for 8 lists of 5,000 names, and
+# at most about 20 MiB beside the newest whatever the requests bring.
 RECENT_CANDIDATE_LISTS = 8
 RECENT_CANDIDATE_NAMES = 120_000
 RECENT_CANDIDATE_BYTES = 4 * 1024 * 1024
@@ -129,12 +130,18 @@ class _RecentCandidates:
         nbytes: int = RECENT_CANDIDATE_BYTES,
     ) -> None:
         self._limits = (lists, names, nbytes)
-        # (how a request carrying the list ends, the list), most recently used first
-        self._kept: list[tuple[bytes, NameList]] = []
+        self._kept: list[NameList] = []  # most recently used first
 
     def kept(self) -> list[NameList]:
         """The lists kept, most recently used first (for tests)."""
-        return [names for _, names in self._kept]
+        return list(self._kept)
+
+    def nbytes(self) -> int:
+        """About what the kept lists hold in memory."""
+        return sum(names.nbytes() for names in self._kept)
+
+    def drop(self) -> None:
+        self._kept.clear()
 
     def names(self, raw: msgspec.Raw) -> Sequence[str] | None:
         """The names in ``raw`` (None for a JSON null); DecodeError if it is not a list of strings."""
@@ -145,7 +152,7 @@ class _RecentCandidates:
             names: list[str] | None = _node_names.decode(raw)
             return names
         data = bytes(raw)
-        for at, (_, kept) in enumerate(self._kept):
+        for at, kept in enumerate(self._kept):
             if data == kept.json:
                 return self._use(at)
         in_place = self._read(data)
@@ -162,10 +169,18 @@ class _RecentCandidates:
         place is valid exactly when the body is, and decodes to the same pod and keys
         (a ``"NodeNames":`` inside a string would leave that string open).
         """
-        for at, (tail, _) in enumerate(self._kept):
-            # memcmp from the list's first byte: lists that differ mostly differ early
-            if body.endswith(tail):
-                return body[: len(body) - len(tail)] + self._KEY + b"null}", self._use(at)
+        key = self._KEY
+        for at, kept in enumerate(self._kept):
+            # The body ends with the key, the list and "}": compared in place (no copy of the tail),
+            # memcmp from the list's first byte: lists that differ mostly differ early.
+            start = len(body) - 1 - len(kept.json)
+            if (
+                start >= len(key)
+                and body.startswith(kept.json, start)
+                and body.startswith(key, start - len(key))
+                and body.endswith(b"}")
+            ):
+                return body[: start - len(key)] + key + b"null}", self._use(at)
         at = body.rfind(self._KEY)
         if at < 0 or len(body) - at < SMALL_CANDIDATE_LIST or not body.endswith(b"]}"):
             return None
@@ -181,7 +196,7 @@ class _RecentCandidates:
         if at:
             del self._kept[at]
             self._kept.insert(0, entry)
-        return entry[1]
+        return entry
 
     def _read(self, data: bytes) -> NameList | None:
         """``data`` read in place and kept first; None when it is not a plain list."""
@@ -189,11 +204,11 @@ class _RecentCandidates:
         if in_place is None:
             return None
         kept = self._kept
-        kept.insert(0, (self._KEY + data + b"}", in_place))
+        kept.insert(0, in_place)
         lists, names, nbytes = self._limits
         # The least recently used go first, until the rest is within every bound; the newest stays.
         while len(kept) > 1 and (
-            len(kept) > lists or sum(len(n) for _, n in kept) > names or sum(len(n.json) for _, n in kept) > nbytes
+            len(kept) > lists or sum(len(n) for n in kept) > names or sum(len(n.json) for n in kept) > nbytes
         ):
             kept.pop()
         return in_place
@@ -226,6 +241,16 @@ _canonical = msgspec.json.Decoder(_CanonicalArgs)
 _raw_node_list = msgspec.json.Decoder(_RawNodes)
 _encoder = msgspec.json.Encoder()
 _recent_candidates = _RecentCandidates()
+
+
+def recent_candidate_bytes() -> int:
+    """About what the candidate lists kept for the next requests hold in memory."""
+    return _recent_candidates.nbytes()
+
+
+def drop_recent_candidates() -> None:
+    """Let go of the candidate lists kept for the next requests (those in use stay with their requests)."""
+    _recent_candidates.drop()
 
 
 def _fields(body: bytes, what: str) -> dict[str, msgspec.Raw]:
@@ -469,7 +494,8 @@ def render_priorities(host_scores: HostScores) -> bytes:
         parts: list[str] = [""] * (2 * len(names))
         parts[0::2] = names.names()
         parts[1::2] = after
-        return ('[{"Host":"' + "".join(parts)).encode()
+        parts[0] = '[{"Host":"' + parts[0]  # not before the joined answer: a copy of it (34 MiB at most)
+        return "".join(parts).encode()
     return _encoder.encode(list(map(_HostPriority, names, scores.tolist())))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from extender.budget import BufferLedger, ConnectionView, eviction_order
+from extender.budget import ANSWER, BODY, IN_HAND, KEPT, BufferLedger, ConnectionView, Room, eviction_order
 from extender.logs import RepeatLimiter
 
 
@@ -68,6 +68,52 @@ def test_a_holding_larger_than_the_cap_cuts_itself() -> None:
     ledger.grow(alone, 11, now=0.0)
     assert cut == ["alone"]
     assert ledger.total == 0
+
+
+def test_room_asked_before_bytes_are_made_waits_for_cut_bytes_to_be_let_go_of() -> None:
+    """Issue 29: a gzip'ed body inflated while an answer cut for it was still held stacked both.
+    Room asked for before the bytes are made: the kept lists go first, then the stalest; bytes cut
+    count as dying until their owner lets go of them, and room waits for them."""
+    cut: list[str] = []
+    ledger = BufferLedger(limit=100)
+
+    def drop_kept(reason: str) -> None:
+        cut.append("kept")
+        ledger.close(kept)  # dropped at once: nothing to unwind
+
+    kept = ledger.open(KEPT, drop_kept, now=0.0)
+    ledger.grow(kept, 20, now=0.0)
+    unread = ledger.open(ANSWER, lambda _: cut.append("unread"), now=1.0)
+    ledger.grow(unread, 40, now=1.0)
+    inflating = ledger.open(IN_HAND, lambda _: cut.append("inflating"), now=2.0)
+    assert ledger.reserve(inflating, 30, now=2.0) is Room.GRANTED  # 90 of 100: nothing cut
+    assert ledger.reserve(inflating, 20, now=3.0) is Room.GRANTED  # the kept lists go, let go of at once
+    assert cut == ["kept"]
+    assert (ledger.total, ledger.dying) == (90, 0)
+    assert ledger.reserve(inflating, 30, now=4.0) is Room.WAIT  # the answer is cut, its bytes still held
+    assert cut == ["kept", "unread"]
+    assert (ledger.total, ledger.dying) == (50, 40)
+    ledger.close(unread)  # its owner unwound
+    assert ledger.dying == 0
+    assert ledger.reserve(inflating, 30, now=5.0) is Room.GRANTED
+    ledger.let_go(inflating, 30)  # a copy freed
+    assert ledger.total == 50
+
+
+def test_a_request_being_decided_is_never_cut_and_room_beside_it_is_refused() -> None:
+    cut: list[str] = []
+    ledger = BufferLedger(limit=100)
+    deciding = ledger.open(BODY, lambda _: cut.append("deciding"), now=0.0)
+    ledger.grow(deciding, 70, now=0.0)
+    ledger.in_hand(deciding)
+    arriving = ledger.open(BODY, lambda _: cut.append("arriving"), now=1.0)
+    ledger.grow(arriving, 20, now=1.0)
+    assert ledger.reserve(arriving, 20, now=2.0) is Room.REFUSED  # 110: the request in hand cannot give way
+    ledger.grow(arriving, 20, now=2.0)  # bytes that arrived anyway: the arriving body is cut, not the other
+    assert cut == ["arriving"]
+    assert ledger.reserve(deciding, 31, now=3.0) is Room.REFUSED  # more than the cap beside nothing cut
+    assert ledger.reserve(deciding, 30, now=3.0) is Room.WAIT  # the cut body is still being let go of
+    assert ledger.total == 70
 
 
 class Clock:

@@ -11,26 +11,24 @@ from hypothesis import strategies as st
 
 from extender.capacity import Fit, NodeAccount, ceiling_bytes, fits, headroom_bytes, numa_headroom_bytes
 from extender.cluster import ClusterState
+from extender.columnar import VECTOR_THRESHOLD
 from extender.columns import FIELDS as COLUMN_FIELDS
 from extender.columns import NodeColumns
 from extender.config import build_config
 from extender.decision import (
-    VECTOR_THRESHOLD,
     FilterDecision,
     Reasons,
-    SizeView,
     filter_nodes,
     filter_sizes,
     prioritize_nodes,
     prioritize_sizes,
-    size_load,
-    size_verdict,
 )
 from extender.namelist import NameList
 from extender.nodereport import PoolReport
 from extender.objects import ObjectMeta, Pod, PodSpec
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, Widening
+from extender.reference import SizeView, size_load, size_verdict
 from extender.scoring import hugepage_load, node_load, priorities, priority
 from extender.wire import ExtenderArgs, render_filter
 from tests.conftest import Clock, examples, make_node, make_pod

@@ -13,8 +13,9 @@ import pytest
 from prometheus_client import generate_latest
 
 from extender.config import build_config
-from extender.decision import Reasons, SizeView
+from extender.decision import Reasons
 from extender.objects import Node, Pod
+from extender.reference import SizeView
 from extender.server import WINDOW_RETRY_MESSAGE, create_app
 from extender.verbs import ExtenderVerbs
 from extender.window import (
