@@ -86,12 +86,22 @@ def _short(text: str) -> str:
     return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 3] + "..."
 
 
+def _ending(head: str, output: str) -> str:
+    """``head: output``, the output cut from the front when long: a container's termination message is
+    often its log's last lines (``terminationMessagePolicy: FallbackToLogsOnError``), the error last."""
+    output = " ".join(output.split())
+    if not output:
+        return head
+    room = MAX_DETAIL_CHARS - len(head) - 2
+    return f"{head}: {output}" if len(output) <= room else f"{head}: ...{output[3 - room :]}"
+
+
 def _container_failure(status: _ContainerStatus) -> str:
     """Why this container failed, "" when it did not (yet)."""
     terminated = status.state.terminated
     if terminated is not None and terminated.exit_code:
-        detail = terminated.message or terminated.reason
-        return _short(f"container {status.name} exited with code {terminated.exit_code}: {detail}".rstrip(": "))
+        head = f"container {status.name} exited with code {terminated.exit_code}"
+        return _ending(head, terminated.message or terminated.reason)
     if status.restart_count > 0:
         last = status.last_state.terminated
         said = (last.message or last.reason) if last else ""

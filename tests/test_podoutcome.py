@@ -61,6 +61,16 @@ def test_a_container_exiting_non_zero_fails_with_its_own_message() -> None:
     assert outcome_of(signal, ready_for=None, settle_seconds=30) is PodOutcome.FAILED
 
 
+def test_a_long_termination_message_keeps_its_end_where_the_consumers_error_is() -> None:
+    # FallbackToLogsOnError: the message is the log's last lines; DPDK's EAL says why last.
+    log = "\n".join([*(f"EAL: Detected lcore {i} as core {i} on socket 0" for i in range(8)), "EAL: Cannot init EAL"])
+    terminated = {"terminated": {"exitCode": 1, "reason": "Error", "message": log}}
+    signal = _signal({"phase": "Running", "containerStatuses": [_container(name="main", state=terminated)]})
+    assert len(signal.failure) == 200
+    assert signal.failure.startswith("container main exited with code 1: ...")
+    assert signal.failure.endswith("on socket 0 EAL: Cannot init EAL")
+
+
 def test_a_restart_or_a_crash_loop_fails_even_when_ready_again() -> None:
     last = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
     restarted = _container(name="qemu", restartCount=2, lastState=last)

@@ -16,9 +16,9 @@ from e2e.kind.test_kind import KUBECONFIG, KUBECTL, MI, PAGE, RESOURCE, SCHEDULE
 
 VM_IMAGE = os.environ.get("KIND_E2E_VM_IMAGE", "hugepage-e2e/vm:e2e")
 DPDK_IMAGE = os.environ.get("KIND_E2E_DPDK_IMAGE", "hugepage-e2e/dpdk:e2e")
-# values.yaml: off and enforce, both with needFromMemory (the memory-only VMs' need).
-OFF, ENFORCE = "hp-consumers-off", "hp-consumers"
-NAMESPACES = (OFF, ENFORCE)
+# values.yaml: off, enforce and shadow, each with needFromMemory (the memory-only VMs' need).
+OFF, ENFORCE, SHADOW = "hp-consumers-off", "hp-consumers", "hp-consumers-shadow"
+NAMESPACES = (OFF, ENFORCE, SHADOW)
 RELEASE, NAMESPACE = "hugepage-extender", "hugepage-extender"
 LABEL = "hugepage-e2e-consumer"
 UNIT_MB = 128  # guest RAM of a VM, DPDK's -m: 64 pages of 2 MiB
@@ -100,6 +100,9 @@ def consumer_pod(namespace: str, name: str, kind: str, *, node: str | None = Non
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "resources": resources,
         "volumeMounts": mounts,
+        # A consumer that fails says why in its log's last lines: they become its status's message,
+        # which shadow's scorecard shows beside its verdict.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if probe is not None:
         container["readinessProbe"] = {"exec": {"command": ["sh", "-c", probe]}, "periodSeconds": 1}

@@ -17,12 +17,17 @@ packages (images/consumers):
 
 A consumer that finds no pages fails on its node with its own error, which is what the A/B
 counts (``CONSUMER_ERRORS``). Every consumer takes ``UNIT`` pages (128 MiB).
+
+The A/B's shadow arm places as off does; shadow's scorecard, read with ``kubectl hugepages
+shadow`` as an operator reads it, must put each of its pods in the one cell of what the test saw.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -34,6 +39,7 @@ import pytest
 from e2e.controlplane import wait_until
 from e2e.kind import soak
 from e2e.kind.consumers import (
+    CONSUMER_ERRORS,
     ENFORCE,
     KINDS,
     LABEL,
@@ -42,19 +48,23 @@ from e2e.kind.consumers import (
     OFF,
     RELEASE,
     RUNTIME_CLASS_OBJECT,
+    SHADOW,
     UNIT,
     consumer_error,
     consumer_pod,
     vm_on_the_host,
 )
 from e2e.kind.test_kind import (
+    KUBECTL,
     POOL_PAGES,
     delete_pods,
     failure_on_the_node,
     get_json,
     helm_upgrade,
     host_pool,
+    is_ready,
     kubectl,
+    leader,
     outside_pages,
     pages_in_use,
     says_no_room,
@@ -63,6 +73,9 @@ from e2e.kind.test_kind import (
     settle,
     worker_names,
 )
+from e2e.kind.test_topology import VERBS_PORT, port_forward
+from extender.podoutcome import CELLS
+from extender.scorecard import STORIES_PER_CELL
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +112,84 @@ def burst(namespace: str, node: str, count: int) -> dict[str, Any]:
     return {"pods": len(names), "placed": placed, "failed": failed, "errors": errors, "pending": pending}
 
 
+def hugepages_shadow(namespace: str, *options: str) -> str:
+    """``kubectl hugepages shadow NAMESPACE`` as an operator runs it: the plugin (this Python's
+    ``kubectl-hugepages``) through kubectl, to the lease holder's extender through port-forward."""
+    plugins = str(Path(sys.executable).parent)
+    environment = {**os.environ, "PATH": f"{plugins}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with port_forward(leader(), VERBS_PORT) as local:
+        command = [KUBECTL, "hugepages", "shadow", namespace, "--extender", f"http://127.0.0.1:{local}", *options]
+        done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False, timeout=60)
+    assert done.returncode == 0, done
+    return done.stdout
+
+
+def scorecard_of(namespace: str, pods: int) -> dict[str, Any]:
+    """The namespace's row once ``pods`` pods have an end (a cell, deleted, expired, dropped), none awaiting."""
+
+    def complete() -> dict[str, Any] | None:
+        row: dict[str, Any] = json.loads(hugepages_shadow(namespace, "-o", "json"))["namespaces"][namespace]
+        return row if sum(row["total"].values()) >= pods and row["awaiting"] == 0 else None
+
+    return wait_until(f"shadow's scorecard to count {pods} pods of {namespace}", complete, timeout=90, interval=2.0)
+
+
+def scorecard_cells(row: dict[str, Any], pods: list[str]) -> dict[str, str]:
+    """Each pod's cell: the pods each cell lists (its last ``STORIES_PER_CELL``), and the rest in the
+    one cell that lists fewer than it counts (a burst of at most 2 x STORIES_PER_CELL + 1 pods has one)."""
+    cells: dict[str, str] = {}
+    for cell in CELLS:
+        for story in row["pods"][cell]:
+            name = story["pod"].split("/", 1)[1]
+            assert name not in cells, f"{name} listed in {cells[name]} and {cell}"
+            cells[name] = cell
+    unlisted = [name for name in pods if name not in cells]
+    short = [cell for cell in CELLS if row["total"][cell] > len(row["pods"][cell])]
+    for cell in CELLS:
+        assert len(row["pods"][cell]) == min(row["total"][cell], STORIES_PER_CELL), (cell, row)
+    if unlisted:
+        assert len(short) == 1, (unlisted, row)
+        assert len(unlisted) == row["total"][short[0]] - len(row["pods"][short[0]]), (unlisted, row)
+        cells.update(dict.fromkeys(unlisted, short[0]))
+    return cells
+
+
+def check_shadow_arm(result: dict[str, Any], node: str, room: int) -> dict[str, Any]:
+    """Shadow's arm of the A/B: decisions as off's, and its scorecard, read as an operator reads it,
+    agrees with the pods pod by pod. Returns the row."""
+    names = [*result["placed"], *result["pending"]]
+    row = scorecard_of(SHADOW, len(names))
+    print(hugepages_shadow(SHADOW))
+    # The outcomes the scorecard waited for (Ready for shadowSettleSeconds) are still the test's.
+    now = {p["metadata"]["name"]: p for p in get_json("pods", "-n", SHADOW, "-l", f"app={LABEL}")["items"]}
+    assert {n for n in names if failure_on_the_node(now[n]) is not None} == set(result["failed"]), now
+    assert all(is_ready(now[n]) for n in names if n not in result["failed"]), now
+    # Every pod counted once, in a cell: none deleted, expired or dropped, none counted twice (this
+    # namespace's pods are this burst's only: over the window as since the extender started).
+    assert row["window"] == row["total"], row
+    assert sum(row["total"].values()) == sum(row["total"][cell] for cell in CELLS) == len(names), row
+    cells = scorecard_cells(row, names)
+    assert sorted(cells) == sorted(names), (cells, names)
+    for name, cell in cells.items():
+        failed = cell in ("predicted_failed", "failed_unpredicted")
+        assert failed == (name in result["failed"]), (name, cell, result["failed"].get(name))
+    # Shadow would have turned away what enforce keeps Pending: the pods past the room left.
+    predicted = [n for n, cell in cells.items() if cell.startswith("predicted_")]
+    assert len(predicted) == len(names) - room, cells
+    for cell in CELLS:
+        for story in row["pods"][cell]:
+            assert story["node"] == node, story
+            # Judged at the first watch event showing it bound: a shadow pod goes to the scheduler's
+            # ignorable extender entry, which has no bind verb (decision 0005).
+            assert story["judgedBy"] == "watch", story
+            assert story["verdict"].startswith("would reject" if cell.startswith("predicted_") else "would admit"), (
+                story
+            )
+            if cell in ("predicted_failed", "failed_unpredicted"):  # the consumer's own error, in its status
+                assert any(error in story["outcome"] for error in CONSUMER_ERRORS), story
+    return row
+
+
 # -- scenarios ---------------------------------------------------------------------------------
 
 
@@ -111,9 +202,12 @@ def test_ab_real_consumers_do_not_fail_on_the_node(workers: list[str]) -> None:
     assert slots >= 6, f"the pool ({POOL_PAGES} pages) is too small for {UNIT}-page consumers"
     assert pages_in_use() == 0, f"pages in use before the A/B: {host_pool()}"
     count, held = slots, 2 * UNIT
+    room = (POOL_PAGES - held) // UNIT
     counts: dict[str, dict[str, Any]] = {}
+    took: dict[str, float] = {}
     with vm_on_the_host(held):
-        for namespace in (OFF, ENFORCE):
+        for namespace in (OFF, SHADOW, ENFORCE):
+            started = time.monotonic()
             outside = pages_in_use()
             set_reserved({w1: f"{outside * 2}Mi"})
             counts[namespace] = result = burst(namespace, w1, count)
@@ -126,27 +220,40 @@ def test_ab_real_consumers_do_not_fail_on_the_node(workers: list[str]) -> None:
                 print(f"  failed  {namespace}/{name}: {why}: {result['errors'][name]}")
             for name, why in sorted(result["pending"].items()):
                 print(f"  pending {namespace}/{name}: {why.splitlines()[0] if why else ''}")
+            if namespace == SHADOW and not result["pending"]:  # else the assertions below say why
+                counts[namespace]["scorecard"] = check_shadow_arm(result, w1, room)
             delete_pods(namespace, f"app={LABEL}")
             pages_back_to(outside)
+            took[namespace] = time.monotonic() - started
     set_reserved({w1: None})
-    off, enforce = counts[OFF], counts[ENFORCE]
+    off, shadow, enforce = counts[OFF], counts[SHADOW], counts[ENFORCE]
     by_message = sum(1 for e in off["errors"].values() if e)
+    total = shadow.get("scorecard", {}).get("total", {})
     summary = (
         f"A/B with real consumers ({POOL_PAGES} x 2Mi pool, QEMU on the host holding {held} pages, "
         f"burst of {off['pods']} VMs and DPDK x {UNIT} pages): "
         f"off: {len(off['failed'])} of {off['pods']} failed on the node ({by_message} by the consumer's own error); "
-        f"enforce: {len(enforce['failed'])} failed, {len(enforce['pending'])} pending with a reason"
+        f"shadow: {len(shadow['failed'])} failed ({', '.join(sorted(shadow['failed']))}), "
+        f"scorecard {', '.join(f'{c} {total.get(c)}' for c in CELLS)}; "
+        f"enforce: {len(enforce['failed'])} failed, {len(enforce['pending'])} pending with a reason "
+        f"({', '.join(sorted(enforce['pending']))}); "
+        f"seconds per arm: {', '.join(f'{n} {t:.0f}' for n, t in took.items())}"
     )
     print("\n" + summary)
     if artifacts := os.environ.get("KIND_E2E_ARTIFACTS"):
         Path(artifacts, "consumer-ab-counts.txt").write_text(summary + "\n")
-    room = (POOL_PAGES - held) // UNIT
     # off: the scheduler alone sees the whole pool and places them all; the kernel has `room`
     # (more may fail: DPDK takes its pages one by one, and two starting at once can each fail
     # with pages half taken, which a QEMU starting meanwhile did not find either).
     assert len(off["placed"]) == count, off
     assert len(off["failed"]) >= count - room, off
     assert by_message == len(off["failed"]), off["errors"]
+    # shadow: the same decisions as off (its scorecard checked pod by pod above, on failures that are the
+    # consumers' own).
+    assert len(shadow["placed"]) == count, shadow
+    assert len(shadow["failed"]) >= count - room, shadow
+    assert all(shadow["errors"].values()), shadow["errors"]
+    assert "scorecard" in shadow, shadow
     # enforce: none fails on the node; what does not fit waits, saying why.
     assert enforce["failed"] == {}, enforce
     assert len(enforce["placed"]) == room, enforce
