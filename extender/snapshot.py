@@ -77,7 +77,9 @@ def parse_snapshot(text: str, source: str = "snapshot") -> Snapshot:
                 if kind == "Node":
                     nodes.append(msgspec.convert(obj, Node))
                 elif kind == "Pod":
-                    pods.append(msgspec.convert(obj, Pod))
+                    # Through JSON, not msgspec.convert: a pod's conditions and container statuses
+                    # stay undecoded (msgspec.Raw, extender.objects.PodStatus), which only a decoder makes.
+                    pods.append(msgspec.json.decode(msgspec.json.encode(obj), type=Pod))
                 elif kind == "HugepageNodeReport":
                     report = obj.get("report")
                     name = str((obj.get("metadata") or {}).get("name", ""))

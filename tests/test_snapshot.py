@@ -32,6 +32,23 @@ def test_typed_lists_and_several_yaml_documents() -> None:
     assert len(snapshot.pods) == 1
 
 
+def test_a_running_pods_status_as_kubectl_saves_it_in_json_and_yaml() -> None:
+    # Conditions and container statuses are kept undecoded (extender.objects.PodStatus); a snapshot
+    # with them, as every live cluster's has, still loads, timestamps and all.
+    status = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-02T13:00:00Z"}],
+        "containerStatuses": [{"name": "a", "ready": True, "restartCount": 0, "state": {"running": {}}}],
+    }
+    pod = {**POD, "metadata": {**POD["metadata"], "creationTimestamp": "2026-12-02T12:59:00Z"}, "status": status}
+    json_text = json.dumps({"kind": "List", "items": [pod]})
+    yaml_text = "kind: List\nitems:\n- " + json.dumps(pod)
+    for text in (json_text, yaml_text):
+        (loaded,) = parse_snapshot(text).pods
+        assert loaded.status.phase == "Running"
+        assert json.loads(bytes(loaded.status.conditions))[0]["type"] == "Ready"
+
+
 def test_other_kinds_are_ignored() -> None:
     assert parse_snapshot(json.dumps({"kind": "ConfigMap", "metadata": {"name": "x"}})).nodes == []
 
