@@ -41,7 +41,7 @@ from extender.nodeagent.cli import add_parser as add_node_agent_parser
 from extender.objects import Pod
 from extender.policy import Mode
 from extender.server import create_app, create_liveness_app, create_probe_app
-from extender.snapshot import SnapshotError, load_snapshot
+from extender.snapshot import SnapshotError, load_snapshot, pod_from
 from extender.tls import CertificateReloader, server_ssl_context
 
 log = logging.getLogger("extender")
@@ -186,7 +186,7 @@ def _read_pod(path: Path) -> Pod:
     except yaml.YAMLError as error:
         raise SnapshotError(f"{path} is not valid YAML: {error}") from None
     try:
-        return msgspec.convert(document, Pod)
+        return pod_from(document)
     except msgspec.ValidationError as error:
         raise SnapshotError(f"{path}: not a Pod: {error}") from None
 

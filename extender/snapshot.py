@@ -66,6 +66,13 @@ def _documents(text: str, source: str) -> list[Any]:
         raise SnapshotError(f"{source} is not valid YAML or JSON: {error}") from None
 
 
+def pod_from(document: Any) -> Pod:
+    """A Pod from a parsed document. Through JSON, not msgspec.convert: a pod's conditions and
+    container statuses stay undecoded (msgspec.Raw, extender.objects.PodStatus), which only a
+    decoder makes. Raises msgspec.ValidationError."""
+    return msgspec.json.decode(msgspec.json.encode(document), type=Pod)
+
+
 def parse_snapshot(text: str, source: str = "snapshot") -> Snapshot:
     documents = _documents(text, source)
     nodes: list[Node] = []
@@ -77,9 +84,7 @@ def parse_snapshot(text: str, source: str = "snapshot") -> Snapshot:
                 if kind == "Node":
                     nodes.append(msgspec.convert(obj, Node))
                 elif kind == "Pod":
-                    # Through JSON, not msgspec.convert: a pod's conditions and container statuses
-                    # stay undecoded (msgspec.Raw, extender.objects.PodStatus), which only a decoder makes.
-                    pods.append(msgspec.json.decode(msgspec.json.encode(obj), type=Pod))
+                    pods.append(pod_from(obj))
                 elif kind == "HugepageNodeReport":
                     report = obj.get("report")
                     name = str((obj.get("metadata") or {}).get("name", ""))

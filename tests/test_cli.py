@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from extender import kubectl_plugin
 from extender.cli import main
@@ -31,6 +32,21 @@ def test_explain_prints_a_readable_table(capsys: pytest.CaptureFixture[str]) -> 
     assert any(line.startswith("hp-small") and "exceeds pool" in line for line in lines)
     assert any(line.startswith("plain-1") and "no pool" in line for line in lines)
     assert lines[-1] == "4 of 8 nodes can hold the pod"
+
+
+def test_explain_reads_a_pod_as_kubectl_get_saves_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A live pod's status (conditions, container statuses, timestamps) as `kubectl get pod -o yaml` gives it.
+    pod = yaml.safe_load(POD.read_text())
+    pod["metadata"]["creationTimestamp"] = "2026-12-02T12:59:00Z"
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "lastTransitionTime": "2026-12-02T13:00:00Z"}],
+        "containerStatuses": [{"name": "a", "ready": False, "restartCount": 0, "state": {"waiting": {}}}],
+    }
+    saved = tmp_path / "pod.yaml"
+    saved.write_text(yaml.safe_dump(pod))
+    assert main(["explain", "--pod", str(saved)]) == 0
+    assert capsys.readouterr().out.startswith("pod dpdk/dpdk-router-3: needs 2147483648 bytes")
 
 
 def test_explain_json_for_chosen_nodes(capsys: pytest.CaptureFixture[str]) -> None:

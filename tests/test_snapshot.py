@@ -40,7 +40,8 @@ def test_a_running_pods_status_as_kubectl_saves_it_in_json_and_yaml() -> None:
         "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-02T13:00:00Z"}],
         "containerStatuses": [{"name": "a", "ready": True, "restartCount": 0, "state": {"running": {}}}],
     }
-    pod = {**POD, "metadata": {**POD["metadata"], "creationTimestamp": "2026-12-02T12:59:00Z"}, "status": status}
+    metadata = {"name": "p1", "namespace": "d", "uid": "u1", "creationTimestamp": "2026-12-02T12:59:00Z"}
+    pod = {**POD, "metadata": metadata, "status": status}
     json_text = json.dumps({"kind": "List", "items": [pod]})
     yaml_text = "kind: List\nitems:\n- " + json.dumps(pod)
     for text in (json_text, yaml_text):
