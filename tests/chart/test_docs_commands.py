@@ -61,6 +61,11 @@ def test_the_kind_suite_runs_the_install_section_and_the_runbooks_checks() -> No
     assert sorted(kind_steps(install)) == ["install", "leftovers", "uninstall"]
     runbooks = ROOT / "docs" / "runbooks.md"
     assert kind_steps(runbooks) == ["diagnose"] * 4
+    # The README's quickstart: its chart install and its "why is my pod Pending?", in that order.
+    blocks = re.findall(r"<!-- run: kind readme[^>]*-->\n```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    assert len(blocks) == 2
+    assert "helm install" in blocks[0]
+    assert "hugepages explain" in blocks[1]
     # Every runbook block the kind suite runs names the default install's objects, no placeholder.
     for match in re.finditer(r"<!-- run: kind diagnose[^>]*-->\n```sh\n(.*?)```", runbooks.read_text(), re.DOTALL):
         assert not re.search(r"<\w+>|NAMESPACE/POD", match[1]), match[1]
