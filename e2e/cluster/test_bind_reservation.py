@@ -129,10 +129,12 @@ def test_a_burst_onto_pools_that_hold_fewer_binds_exactly_what_fits_every_round(
         assert len(waiting) == BURST - CAPACITY
         assert all(_turned_away(pod) for pod in waiting)  # Pending, retried: not failed
         # The extender made every Binding. It counts one when the API server's answer reaches it, which
-        # under load can be after the test has seen the pod bound: wait for the count, then exactly.
+        # under load can come after the test has seen the pod bound: wait for the count. At least, not
+        # exactly: while a round is cleared its waiting pods take the room its deleted pods free, and those
+        # Bindings can be counted after the next round has begun (the full suite at load 16: 36 between
+        # rounds 0 and 3, then 131 in round 3 with 128 bound and none over).
         counted = functools.partial(_bindings_made, extender, made_before, CAPACITY)
         wait_until(f"round {round_}: the extender to count its Bindings", counted, timeout=10)
-        assert _binds(extender, "bound") - made_before == CAPACITY
         refusals.append(_binds(extender, "no_room") - refused_before)
         print(f"round {round_}: bound {CAPACITY}, binds refused for room {refusals[-1]}, {seconds[-1]:.1f}s")
         _cleared(cell, extender, namespaces)
