@@ -1,7 +1,9 @@
 """The chart values the docs cite exist: every backticked dotted name whose first part is a
 top-level key of the chart's values (``scheduler.own.active``, ``nodeAgent.enabled``,
 ``config.namespaces.<ns>.mode=enforce``) is a path of values.schema.json, which rejects unknown
-keys at install, so a doc cannot tell an operator to set what `helm install` would refuse."""
+keys at install, so a doc cannot tell an operator to set what `helm install` would refuse. And the
+figures one doc quotes from the measurements of another (docs/performance.md, reliability.md, soak.md)
+are the ones that doc gives."""
 
 from __future__ import annotations
 
@@ -148,3 +150,45 @@ def test_the_readmes_prerequisites_are_the_projects() -> None:
     lines = [re.search(r"^go (\S+)$", path.read_text(), re.MULTILINE) for path in go_mods]
     newest = max((m[1] for m in lines if m), key=lambda v: tuple(int(p) for p in v.split(".")))
     assert f"Go {newest.removesuffix('.0')}+" in readme
+
+
+# A figure with its unit ("0.42 ms", "1.2 x", "0.15-0.25 ms", "90 %"), after spaces and dashes are
+# made one shape by `plain`; a paragraph (or list item) quoting figures that names one of these docs
+# takes them from it, so each must be there as written, unit and all (a bare table cell is no match:
+# "| 0.3 |" is a size in KB as often as a time).
+MEASURED = ("performance.md", "reliability.md", "soak.md")
+FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?) ?(ms|us|MiB|s|x|%)(?!\w)")
+
+
+def plain(text: str) -> str:
+    text = re.sub(r"(?<=\d) ?[-\u2013\u2014] ?(?=\d)", "-", re.sub(r"\s+", " ", text))
+    return text.replace("\u00b5s", "us").replace("\u00d7", "x")
+
+
+def paragraphs(doc: Path) -> list[str]:
+    return re.split(r"\n\s*\n|\n(?=- )", doc.read_text())
+
+
+def unsourced(paragraph: str) -> list[str]:
+    """The figures of ``paragraph`` that no doc it names has."""
+    named = [ROOT / "docs" / name for name in MEASURED if name in paragraph]
+    sources = [plain(doc.read_text()) for doc in named]
+    missing = []
+    for number, unit in FIGURE.findall(plain(paragraph)) if sources else []:
+        written = re.compile(rf"(?<![\w.-]){re.escape(number)} ?{re.escape(unit)}(?!\w)")
+        if not any(written.search(source) for source in sources):
+            missing.append(f"{number} {unit}")
+    return missing
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_figures_a_doc_quotes_from_another_are_there(doc: Path) -> None:
+    wrong = {p.strip()[:60]: m for p in paragraphs(doc) if (m := unsourced(p))}
+    assert not wrong, f"{doc.name} quotes figures the doc it names does not have: {wrong}"
+
+
+def test_the_figure_check_finds_a_wrong_figure() -> None:
+    assert unsourced("docs/performance.md: 28 MiB of cache, the filter 0.17 \u2013 0.21 ms, within 1.2x") == []
+    assert unsourced("docs/performance.md: the filter 0.15-0.25 ms, 0.3 ms to prioritize") == ["0.15-0.25 ms", "0.3 ms"]
+    assert unsourced("docs/performance.md: 8 MiB of cache (part of '28 MiB'), 0.21 ms") == ["8 MiB", "0.21 ms"]
+    assert unsourced("no doc named: 2.78 ms") == []
