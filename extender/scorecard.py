@@ -24,7 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from extender.podoutcome import CELLS, ENDS, PodOutcome, PodSignal, Prediction, cell_of, outcome_at_deletion, outcome_of
+from extender.shadowreport import PodStory
 
 MAX_FOLLOWED = 20_000  # pods awaiting their outcome; 100,000 pods an hour settle in minutes (docs/performance.md)
 STORIES_PER_CELL = 5
@@ -45,35 +48,13 @@ class _Followed:
     ready_since: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Story:
-    """One pod of a cell, for ``kubectl hugepages shadow``: what shadow said, and what happened."""
-
-    pod: str
-    node: str
-    verdict: str
-    outcome: str
-    judged_by: str
-    seconds_to_outcome: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "pod": self.pod,
-            "node": self.node,
-            "verdict": self.verdict,
-            "outcome": self.outcome,
-            "judgedBy": self.judged_by,
-            "secondsToOutcome": round(self.seconds_to_outcome, 1),
-        }
-
-
 @dataclass(slots=True)
 class _Row:
     """One namespace's counts: in time buckets over the window, and since the extender started."""
 
     buckets: deque[tuple[int, dict[str, int]]] = field(default_factory=deque)
     total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ENDS, 0))
-    stories: dict[str, deque[Story]] = field(
+    stories: dict[str, deque[PodStory]] = field(
         default_factory=lambda: {cell: deque(maxlen=STORIES_PER_CELL) for cell in CELLS}
     )
 
@@ -231,7 +212,7 @@ class Scorecard:
                 "precision": precision,
                 "recall": recall,
                 "awaiting": awaiting[name],
-                "pods": {cell: [s.as_dict() for s in reversed(data.stories[cell])] for cell in CELLS},
+                "pods": {cell: [msgspec.to_builtins(s) for s in reversed(data.stories[cell])] for cell in CELLS},
             }
         return {
             "settleSeconds": self.settle_seconds,
@@ -241,7 +222,7 @@ class Scorecard:
         }
 
 
-def _story(followed: _Followed, cell: str, now: float) -> Story:
+def _story(followed: _Followed, cell: str, now: float) -> PodStory:
     prediction, signal = followed.prediction, followed.signal
     verdict = f"would reject: {prediction.why}" if prediction.would_reject else "would admit"
     if cell in ("predicted_failed", "failed_unpredicted"):
@@ -250,4 +231,5 @@ def _story(followed: _Followed, cell: str, now: float) -> Story:
         outcome = "ran: Succeeded"
     else:
         outcome = "ran: Ready"
-    return Story(followed.pod, followed.node, verdict, outcome, prediction.judged_by, now - followed.judged_at)
+    seconds = round(now - followed.judged_at, 1)
+    return PodStory(followed.pod, followed.node, verdict, outcome, prediction.judged_by, seconds)

@@ -26,6 +26,9 @@ class ShadowReportError(ExtenderError):
 
 
 class PodStory(msgspec.Struct, rename="camel", frozen=True):
+    """One pod of a cell: what shadow said of its node, and what became of it (the scorecard keeps the
+    last few of each cell; ``/debug/shadow`` gives them, camelCase)."""
+
     pod: str
     node: str
     verdict: str
