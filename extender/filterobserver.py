@@ -5,22 +5,32 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from extender.answer import FilterDecision, Outcome
 from extender.config import Config
 from extender.metrics import Metrics
-from extender.objects import Pod
+from extender.objects import ObjectMeta, Pod
 from extender.policy import Mode
 from extender.quantity import quote
-from extender.verbs import FilterResult
+from extender.verbs import UNVERIFIED_HOLD_SECONDS, FilterResult
 from extender.waiting import WaitingPods
 
 log = logging.getLogger("extender.server")
 
 # The label value of every namespace the config does not name: "_" is in no namespace's name.
 OTHER_NAMESPACES = "_other"
+
+# No-fit Events kept for pods the watch has not shown yet (the scheduler may filter a pod before the
+# extender's watch delivers it, and a pod no node can ever hold may not be tried again for minutes):
+# posted once the watch shows the pod under the same UID, dropped after UNVERIFIED_HOLD_SECONDS, as
+# a hold of such a pod is. Made-up pods fill this at most: the oldest goes first.
+UNSHOWN_EVENTS = 64
+MAX_NAMES_LENGTH = 63 + 253 + 36  # a namespace, a pod name and a UID at most (only these are kept)
+
+Needs = Sequence[tuple[str, int]]
 
 
 class EventRecorder(Protocol):
@@ -30,11 +40,21 @@ class EventRecorder(Protocol):
 class FilterObserver:
     """What a filter call's result is told to: the metrics, the waiting pods, the log, the Events."""
 
-    def __init__(self, config: Config, metrics: Metrics, waiting: WaitingPods, events: EventRecorder | None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        metrics: Metrics,
+        waiting: WaitingPods,
+        events: EventRecorder | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config
         self.metrics = metrics
         self.waiting = waiting
         self.events = events
+        self._clock = clock
+        # uid -> (namespace/name, the pod's names, its decision, its needs, when to drop it)
+        self._unshown: OrderedDict[str, tuple[str, Pod, FilterDecision, Needs, float]] = OrderedDict()
 
     def window_retry(self, pod: Pod, result: FilterResult, candidates: int) -> None:
         """A window retry's metric and log line (the line's repeats are counted: logs.RepeatLimiter)."""
@@ -97,11 +117,37 @@ class FilterObserver:
             decision.insufficient,
             decision.exceeds_pool,
         )
-        if self.events is not None and result.shown:
-            # Only on pods the watch shows: a made-up pod must not make the extender post
-            # Events into any namespace under its own identity.
-            needs = zip(self.config.resource_names, (demand.hugepage_bytes, *demand.more_bytes), strict=False)
-            self.events.no_fit(pod, decision, [(name, need) for name, need in needs if need > 0])
+        if self.events is None:
+            return
+        sized = zip(self.config.resource_names, (demand.hugepage_bytes, *demand.more_bytes), strict=False)
+        needs = [(name, need) for name, need in sized if need > 0]
+        if result.shown:
+            self.events.no_fit(pod, decision, needs)
+            return
+        # Only on pods the watch shows: a made-up pod must not make the extender post Events into
+        # any namespace under its own identity. The watch may show this one a moment later.
+        meta = pod.metadata
+        if len(meta.uid) + len(meta.namespace) + len(meta.name) > MAX_NAMES_LENGTH:
+            return  # no pod the apiserver admits: it will never be shown
+        names = Pod(metadata=ObjectMeta(name=meta.name, namespace=meta.namespace, uid=meta.uid))
+        until = self._clock() + UNVERIFIED_HOLD_SECONDS
+        self._unshown[meta.uid] = (f"{meta.namespace}/{meta.name}", names, decision, needs, until)
+        self._unshown.move_to_end(meta.uid)
+        while len(self._unshown) > UNSHOWN_EVENTS:
+            self._unshown.popitem(last=False)
+
+    def post_shown(self, owner_of: Callable[[str], str | None]) -> None:
+        """Post the kept no-fit Events of pods the watch now shows (``owner_of``: the state's
+        namespace/name of a waiting pod's UID); drop those past their time. O(kept), run on the timer."""
+        if self.events is None or not self._unshown:
+            return
+        now = self._clock()
+        for uid, (owner, pod, decision, needs, until) in list(self._unshown.items()):
+            if owner_of(uid) == owner:
+                self.events.no_fit(pod, decision, needs)
+            elif now < until:
+                continue
+            del self._unshown[uid]
 
     def namespace_label(self, namespace: str) -> str:
         """A namespace the config names, the rest as one: a label's values are bounded by the config,

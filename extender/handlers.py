@@ -291,6 +291,7 @@ class Extender:
         """End what is past its time; whether to nudge the scheduler now (``extender.nudge``)."""
         refused = self.verbs.refused_holds
         self.verbs.expire()
+        self.observer.post_shown(self.state.owner_of)  # no-fit Events of pods filtered before the watch showed them
         self._counted(self.scorecard.tick())  # pods Ready for the settle time ran
         self._count_refused(refused)  # holds dropped as unverified
         if self.state.take_freed(lambda: self.state.least_waiting_need(self.waiting.uids())):

@@ -3,6 +3,7 @@
 import asyncio
 import gc
 import random
+import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,9 +16,12 @@ from aiohttp.test_utils import TestClient
 from extender.answer import Reasons
 from extender.cluster import ClusterState
 from extender.config import build_config
+from extender.filterobserver import UNSHOWN_EVENTS, FilterObserver
 from extender.handlers import NOT_SYNCED, Extender
 from extender.metrics import Metrics
 from extender.server import create_app
+from extender.verbs import UNVERIFIED_HOLD_SECONDS, ExtenderVerbs
+from extender.waiting import WaitingPods
 from tests.conftest import make_extender, make_node, make_pod, make_state, pod_json
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]
@@ -317,3 +321,54 @@ async def test_an_idle_keep_alive_connection_keeps_neither_its_last_body_nor_its
         tracemalloc.stop()
         writer.close()
     assert kept < len(body) // 2, f"{kept} bytes still held after a {len(body)}-byte request"
+
+
+class RecordedEvents:
+    """The Events the extender would post (``PodEvents`` posts them for real: e2e/cluster/test_placement.py)."""
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str]] = []
+
+    def no_fit(self, pod: Any, decision: Any, needs: Any) -> None:
+        self.posted.append((f"{pod.metadata.namespace}/{pod.metadata.name}", decision.outcome.value))
+
+
+async def test_a_pod_filtered_before_the_watch_showed_it_gets_its_event_once_shown(
+    aiohttp_client: ClientFactory, state: ClusterState
+) -> None:
+    # CI saw it: kube-scheduler tried a pod no node can ever hold twice within 10 ms of its creation, both
+    # before the extender's watch delivered it, then not again for minutes; the pod got no Event.
+    events = RecordedEvents()
+    extender = make_extender(state, events=events)
+    client = await aiohttp_client(create_app(extender))
+    waiting = make_pod("web-0", hugepages="1Gi", cpu="1")
+    made_up = make_pod("ghost", hugepages="1Gi", cpu="1")
+    for pod in (waiting, made_up):
+        status, result = await post(client, "filter", {"Pod": pod_json(pod), "NodeNames": ["full", "small"]})
+        assert (status, result["NodeNames"]) == (200, [])
+    assert events.posted == []  # neither is a pod the watch shows yet
+    extender.release_due(time.monotonic())
+    assert events.posted == []
+    state.apply_pod(waiting)
+    extender.release_due(time.monotonic())
+    extender.release_due(time.monotonic())
+    assert events.posted == [("default/web-0", "no_hugepage_capacity")]
+
+
+def test_kept_events_of_pods_never_shown_end_on_time_and_are_bounded(state: ClusterState) -> None:
+    events = RecordedEvents()
+    now = [0.0]
+    observer = FilterObserver(state.config, Metrics(), WaitingPods(), events, clock=lambda: now[0])
+    verbs = ExtenderVerbs(state.config, state, rng=random.Random(1))
+    for i in range(UNSHOWN_EVENTS + 10):
+        pod = make_pod(f"ghost-{i}", hugepages="1Gi")
+        observer.observe(pod, verbs.filter_pod(pod, ["full", "small"]), 2)
+    kept = observer._unshown  # the Events kept for pods not shown
+    assert len(kept) == UNSHOWN_EVENTS  # the oldest went first
+    assert "uid-default-ghost-0" not in kept
+    shown = make_pod(f"ghost-{UNSHOWN_EVENTS + 9}", hugepages="1Gi")
+    now[0] = UNVERIFIED_HOLD_SECONDS + 1  # past its time: no pod was shown under its UID
+    state.apply_pod(shown)
+    observer.post_shown(state.owner_of)
+    assert not kept
+    assert events.posted == [(f"default/{shown.metadata.name}", "no_hugepage_capacity")]
