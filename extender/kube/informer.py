@@ -127,8 +127,8 @@ class ClusterInformer:
             self._expire_reports_every(loop, REPORT_EXPIRY_SECONDS)
             list_reports = functools.partial(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
             reports: Reflector[ReportObject, SizedReportRecord] = Reflector(
-                Resource(PLURAL, list_reports, ReportObject, self._report_record),
-                Handlers(self._state.replace_reports, self._report_upserted, self._report_deleted),
+                Resource(PLURAL, list_reports, ReportObject, self._report_record, optional=True),
+                Handlers(self._reports_listed, self._report_upserted, self._report_deleted),
                 post,
                 stop=self._stop,
                 **self._timeouts,  # type: ignore[arg-type]
@@ -201,6 +201,10 @@ class ClusterInformer:
 
     # -- run on the event loop ---------------------------------------------------
 
+    def _reports_listed(self, records: list[SizedReportRecord]) -> None:
+        self._state.replace_reports(records)
+        self._mark_synced(PLURAL)
+
     def _report_upserted(self, record: SizedReportRecord) -> None:
         self._state.apply_report(*record)
 
@@ -216,7 +220,10 @@ class ClusterInformer:
 
     def _mark_synced(self, resource: str) -> None:
         self._synced.add(resource)
-        if not self._state.ready and self._synced >= {"nodes", "pods"}:
+        # The node agents' records too, when read: until they are listed, a node's pages held outside pods
+        # are unknown, and a filter would admit pods onto them (a restart or a failover mid-burst).
+        needed = {"nodes", "pods", PLURAL} if self._node_reports else {"nodes", "pods"}
+        if not self._state.ready and self._synced >= needed:
             self._state.ready = True
             freeze_cache()
             log.info(

@@ -51,6 +51,10 @@ class Gone(ExtenderError):
     """The resourceVersion is too old to watch from: list again."""
 
 
+class NotInstalled(ExtenderError):
+    """An optional resource's definition is not installed."""
+
+
 class VeryShortWatch(ExtenderError):
     """The watch ended within a second without a single event."""
 
@@ -97,6 +101,9 @@ class Resource(Generic[Obj, Rec]):
     field_selector: str | None = None
     # A watch event's object, when it needs more than a listed one (a shadow pod's status: extender.podoutcome).
     compact_event: Callable[[Obj], Rec] | None = None
+    # A custom resource whose definition may not be installed: its list answering 404 means none
+    # exist (the handlers are told of an empty list, then the list is retried with backoff).
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -211,6 +218,9 @@ class Reflector(Generic[Obj, Rec]):
             except ApiException as error:
                 if error.status == 410:  # the continue token expired mid-list
                     raise Gone from None
+                if error.status == 404 and self._resource.optional:
+                    self._post(lambda: self._handlers.relisted([]))
+                    raise NotInstalled(f"{self._resource.name}: not installed (404); none can exist") from None
                 raise
             page = self._list_type.decode(response.data)
             records.extend(self._resource.compact(item) for item in page.items)
