@@ -27,10 +27,12 @@ from extender.configfile import load_config
 from extender.diagnose import add_extender_arguments, live_explanation, remote_from_args, split_pod_name
 from extender.errors import ExtenderError
 from extender.explain import Explanation, explain_pod, render_table
+from extender.gates import GATE, GatedPods
 from extender.handlers import Extender
 from extender.kube.binder import ApiBinder
 from extender.kube.client import api_client
 from extender.kube.events import PodEvents
+from extender.kube.gatelift import GateWriter
 from extender.kube.informer import DEFAULT_STALE_AFTER_SECONDS, ClusterInformer, freeze_cache
 from extender.kube.live import api_client_for
 from extender.kube.nudge import PodNudger
@@ -137,7 +139,19 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
     else:
         log.warning(NO_NUDGE_POD)
     metrics.nudge_pod.set(1 if nudger is not None else 0)
-    extender = Extender(config, state, metrics, binder=binder, events=events, verify_holds=True, nudger=nudger)
+    gated, lifter = (GatedPods(), GateWriter(api, metrics)) if args.lift_gates else (None, None)
+    informer.gated = gated
+    extender = Extender(
+        config,
+        state,
+        metrics,
+        binder=binder,
+        events=events,
+        verify_holds=True,
+        nudger=nudger,
+        gated=gated,
+        lifter=lifter,
+    )
     placement = config.placement
     if any(p.mode is Mode.SHADOW for p in (placement.defaults, *placement.namespaces.values())):
         informer.pod_seen = extender.pod_seen  # shadow's scorecard follows its pods (and watches ended ones)
@@ -147,7 +161,7 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
         await _serve_apps(args, extender, tls, serving)
     finally:
         informer.stop()
-        for closable in (binder, events, nudger):
+        for closable in (binder, events, nudger, lifter):
             if closable is not None:
                 closable.close()
 
@@ -373,18 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="post an Event on pods no node can take (live cluster only)",
     )
-    serve.add_argument(
-        "--nudge-pod",
-        default=_own_pod(),
-        help="NAMESPACE/NAME of a pod to annotate when room frees while pods the extender turned away wait, "
-        "so the scheduler looks at them again (default: $POD_NAMESPACE/$POD_NAME, this pod; '' for none)",
-    )
-    serve.add_argument(
-        "--node-reports",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="read the node agents' HugepageNodeReports (live cluster only; needs their CRD)",
-    )
+    _live_cluster_arguments(serve)
     serve.set_defaults(run=_serve)
 
     exp = commands.add_parser("explain", help="show, node by node, whether a pod fits and how it scores")
@@ -409,6 +412,29 @@ def build_parser() -> argparse.ArgumentParser:
     moved.set_defaults(run=_replay_moved)
     add_node_agent_parser(commands)
     return parser
+
+
+def _live_cluster_arguments(serve: argparse.ArgumentParser) -> None:
+    """What ``serve`` writes to and reads from a live cluster besides nodes and pods."""
+    serve.add_argument(
+        "--nudge-pod",
+        default=_own_pod(),
+        help="NAMESPACE/NAME of a pod to annotate when room frees while pods the extender turned away wait, "
+        "so the scheduler looks at them again (default: $POD_NAMESPACE/$POD_NAME, this pod; '' for none)",
+    )
+    serve.add_argument(
+        "--lift-gates",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"remove the scheduling gate {GATE} from pods once a node they may use has room (live cluster "
+        "only; needs patch on pods)",
+    )
+    serve.add_argument(
+        "--node-reports",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="read the node agents' HugepageNodeReports (live cluster only; needs their CRD)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,6 +28,7 @@ import msgspec
 from extender.capacity import NodeAccount, headroom_bytes, hugepages_for
 from extender.columns import NodeColumns
 from extender.config import Config
+from extender.gates import GatedPod
 from extender.holds import Hold, HoldLedger, nodes_of
 from extender.nodeinputs import NodeCapacity, node_capacity
 from extender.nodereport import PoolReport, ReportError, ReportRecord, report_record
@@ -68,6 +69,7 @@ class PodRecord(msgspec.Struct, frozen=True, gc=False):
     # Never kept: the state keeps the usage; the record passes through the watch's handlers.
     signal: PodSignal | None = None
     pod: str = ""  # namespace/name, with a signal
+    gated: GatedPod | None = None  # behind the extender's scheduling gate (extender.gates); passes through, never kept
 
     def of_size(self, index: int) -> PodRecord:
         """The record as the accounts of the further size ``index`` (1, 2, ...) keep it: the pages of that

@@ -8,6 +8,7 @@ Data flows one way: request body -> ``wire.parse_*`` -> ``verbs`` (the decisions
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import time
@@ -25,6 +26,8 @@ from extender.cluster import ClusterState, PodRecord
 from extender.config import Config
 from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, state_report
 from extender.filterobserver import OTHER_NAMESPACES, EventRecorder, FilterObserver
+from extender.gatelift import lift_round
+from extender.gates import GatedPod, GatedPods
 from extender.metrics import Metrics
 from extender.nudge import NudgePacer
 from extender.podoutcome import CELLS
@@ -47,6 +50,7 @@ from extender.wire import (
     render_filter_error,
     render_priorities,
 )
+from extender.writes import PER_MINUTE, WriteBudget
 
 log = logging.getLogger("extender.server")
 
@@ -62,6 +66,12 @@ def unready_message(reason: str) -> str:
 
 
 NOT_SYNCED = unready_message("cluster state not synced yet")
+
+
+class Lifter(Protocol):
+    """Removes the extender's scheduling gate from a pod (``kube/gatelift.py``)."""
+
+    def lift(self, pod: GatedPod) -> None: ...
 
 
 class Nudger(Protocol):
@@ -87,6 +97,8 @@ class Extender:
         events: EventRecorder | None = None,
         verify_holds: bool = False,
         nudger: Nudger | None = None,
+        gated: GatedPods | None = None,
+        lifter: Lifter | None = None,
     ) -> None:
         self.config = config
         self.state = state
@@ -103,6 +115,9 @@ class Extender:
         self.waiting = WaitingPods()  # enforced pods no node could take, for the Pending alert
         self.observer = FilterObserver(config, metrics, self.waiting, events)
         self.nudger = nudger
+        self.gated = gated  # pods behind the extender's scheduling gate, lifted by ``lifter`` (extender.gates)
+        self.lifter = lifter
+        self._gate_budget = WriteBudget(PER_MINUTE["gate"])
         self.pacer = NudgePacer()
         self.scrapes = MetricsPage(metrics)
         # Series at 0 for the namespaces in shadow: increase() in the alert then counts their first
@@ -294,11 +309,35 @@ class Extender:
         self.observer.post_shown(self.state.owner_of)  # no-fit Events of pods filtered before the watch showed them
         self._counted(self.scorecard.tick())  # pods Ready for the settle time ran
         self._count_refused(refused)  # holds dropped as unverified
-        if self.state.take_freed(lambda: self.state.least_waiting_need(self.waiting.uids())):
+        gated = self.gated
+        waiting = self.waiting.uids()
+        uids = itertools.chain(waiting, gated.uids()) if gated is not None else waiting
+        freed = self.state.take_freed(lambda: self.state.least_waiting_need(uids))
+        if freed:
             self.pacer.room_freed()  # room some waiting pod could fit in: a nudge requeues every one of them
+        self._lift_gates(now, freed)
         if not self.pacer.freed:
             return False  # most ticks: no walk over the waiting pods
         return self.pacer.due(now, waiting=self.waiting.any_of(lambda uid: self.state.owner_of(uid) is not None))
+
+    def _lift_gates(self, now: float, freed: bool) -> None:
+        """A round of lifts (``extender.gatelift``) when room freed or pods came behind the gate."""
+        gated, lifter = self.gated, self.lifter
+        if gated is None or lifter is None or not (freed or gated.arrived) or not len(gated):
+            return
+        gated.arrived = False
+        m = self.metrics
+
+        def may_write() -> bool:
+            if self._gate_budget.take(now):
+                return True
+            m.child(m.api_writes, "gate", "dropped").inc()
+            return False
+
+        done = lift_round(gated, self.verbs, now, may_write=may_write, clock=time.monotonic)
+        for pod, _node in done.lifted:
+            lifter.lift(pod)
+        gated.arrived = done.unfinished
 
     def _count_refused(self, before: int) -> None:
         if self.verbs.refused_holds != before:

@@ -211,8 +211,8 @@ class Metrics:
         )
         self.api_writes = Counter(
             "hugepage_extender_api_writes",
-            "The extender's own API writes about waiting pods, by kind (event, nudge) and result (written, failed,"
-            " dropped: past the kind's budget per minute, extender/writes.py).",
+            "The extender's own API writes about waiting pods, by kind (event, nudge, gate) and result (written,"
+            " failed, dropped: past the kind's budget per minute, extender/writes.py).",
             ["kind", "result"],
             registry=r,
         )

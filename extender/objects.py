@@ -19,6 +19,7 @@ class ObjectMeta(msgspec.Struct, rename="camel", omit_defaults=True):
     namespace: str = ""
     uid: str = ""
     resource_version: str = ""
+    creation_timestamp: str | None = None  # orders the lifts of gated pods (extender/gates.py)
     annotations: dict[str, str] | None = None
     deletion_timestamp: str | None = None  # being deleted: a shadow pod's outcome is then "deleted"
 
@@ -64,8 +65,15 @@ class Toleration(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     effect: str = ""
 
 
+class SchedulingGate(msgspec.Struct, omit_defaults=True, gc=False):
+    name: str = ""
+
+
 class PodSpec(msgspec.Struct, rename="camel", omit_defaults=True):
     node_name: str | None = None
+    # A gated pod waits outside the scheduler's queue (extender/gates.py); its priority orders the lifts.
+    scheduling_gates: list[SchedulingGate] | None = None
+    priority: int | None = None
     scheduler_name: str | None = None
     runtime_class_name: str | None = None
     containers: list[Container] = []

@@ -44,6 +44,7 @@ from extender.answer import FilterDecision, HostScores, Outcome, Reasons
 from extender.cluster import ClusterState
 from extender.config import Config
 from extender.decision import filter_sizes, prioritize_sizes
+from extender.gates import GatedPod
 from extender.holds import HOLD_LIMIT
 from extender.objects import Pod
 from extender.podoutcome import Prediction
@@ -347,6 +348,26 @@ class ExtenderVerbs:
 
     def bind_failed(self, uid: str) -> None:
         self.state.release(uid)
+
+    def lift(self, pod: GatedPod, usable: Sequence[str]) -> str | None:
+        """The node a gated pod's filter would admit now among ``usable`` (the nodes it may use), its need
+        held there until the pod is filtered or the hold times out (so the next pods see that room taken);
+        None when no node would hold it, "" when the pod has nothing to wait for (not enforced, no hugepages).
+        The filter's own decision, read as the pod's filter reads it."""
+        policy = self.config.policy_for(pod.namespace)
+        demand = pod.demand
+        if policy.mode is not Mode.ENFORCE or not demand.wants_hugepages:
+            return ""  # nothing for the extender to wait for: lifted at once, nothing held
+        if not usable or self.state.owner_of(pod.uid) != pod.owner:
+            return None
+        sizes = demand.sizes_needed
+        views = [self._size_view(index, demand, pod.uid, pod.owner, policy) for index in sizes]
+        decision = filter_sizes(demand, usable, views=views, policy=policy, rng=self.rng)
+        if not decision.passed:
+            return None
+        node = decision.passed[0]
+        self.state.hold(pod.uid, node, demand, policy.hold_timeout_seconds)
+        return node
 
     def expire(self) -> None:
         """End what is past its time: holds past ``holdTimeoutSeconds``, holds whose pod the watch

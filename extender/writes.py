@@ -1,8 +1,9 @@
 """The extender's own API writes about waiting pods, bounded per minute whatever the backlog.
 
-Two kinds reach the API server because pods wait: an Event on a pod no node could take (at most one
-per pod and reason a minute, ``kube/events.py``) and a nudge (one annotation of the extender's own pod,
-paced to one a second by ``nudge.NudgePacer``, whatever the number of pods waiting). Per pod is not a
+Three kinds reach the API server because pods wait: an Event on a pod no node could take (at most one
+per pod and reason a minute, ``kube/events.py``), a nudge (one annotation of the extender's own pod,
+paced to one a second by ``nudge.NudgePacer``, whatever the number of pods waiting) and a gate lifted
+(one patch per gated pod once in its life, when a node it may use has room: ``gatelift.py``). Per pod is not a
 bound when thousands of pods wait: 10,000 waiting pods would be 10,000 Events a minute. So each kind
 also has a budget across every pod, ``PER_MINUTE``: at most that many writes in any 60 seconds; a
 write past it is dropped (and counted, ``hugepage_extender_api_writes_total{kind, result="dropped"}``).
@@ -16,9 +17,11 @@ from __future__ import annotations
 from collections import deque
 
 WINDOW_SECONDS = 60.0
-KINDS = ("event", "nudge")  # the metric's label values, with RESULTS: a bounded label set
+KINDS = ("event", "nudge", "gate")  # the metric's label values, with RESULTS: a bounded label set
 RESULTS = ("written", "failed", "dropped")
-PER_MINUTE = {"event": 60, "nudge": 60}
+# A gate is lifted once per pod in its life, and the lifts set the pace at which gated pods reach the
+# scheduler: 100 a second, about what one kube-scheduler places.
+PER_MINUTE = {"event": 60, "nudge": 60, "gate": 6000}
 
 
 class WriteBudget:

@@ -19,9 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from kubernetes import client
 
 from extender.cluster import ClusterState, PodRecord, SizedReportRecord
+from extender.gates import GatedPods, gated_pod
 from extender.kube.reflector import Handlers, Reflector, Resource
 from extender.nodeinputs import NodeCapacity
 from extender.nodereport import GROUP, PLURAL, VERSION, ReportObject
@@ -73,6 +75,8 @@ class ClusterInformer:
         # Told of every pod event before the state applies it (``pod_seen(record, deleted)``): the scorecard
         # judges a shadow pod first shown bound against the accounts without it.
         self.pod_seen: Callable[[PodRecord, bool], None] | None = None
+        # The pods behind the extender's scheduling gate (extender.gates), when it lifts gates.
+        self.gated: GatedPods | None = None
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
         self._node_reports = node_reports
@@ -190,7 +194,11 @@ class ClusterInformer:
 
     def _pod_record(self, pod: Pod) -> PodRecord:
         try:
-            return self._state.pod_record(pod)
+            record = self._state.pod_record(pod)
+            if self.gated is not None and pod.spec.scheduling_gates:
+                gated = gated_pod(pod, record.demand or self._state.demand_of(pod))
+                record = msgspec.structs.replace(record, gated=gated)
+            return record
         except QuantityError as error:
             meta = pod.metadata
             log.warning("pod %s/%s: %s; counting it as holding nothing", meta.namespace, meta.name, error)
@@ -241,14 +249,20 @@ class ClusterInformer:
         self._state.remove_node(record[0])
 
     def _pods_listed(self, records: list[PodRecord]) -> None:
+        if self.gated is not None:
+            self.gated.replace(record.gated for record in records if record.gated is not None)
         self._state.replace_pods(records)
         self._mark_synced("pods")
 
     def _pod_upserted(self, record: PodRecord) -> None:
+        if self.gated is not None:
+            self.gated.seen(record.uid, record.gated)
         self._tell(record, False)
         self._state.apply_pod_record(record)
 
     def _pod_deleted(self, record: PodRecord) -> None:
+        if self.gated is not None:
+            self.gated.seen(record.uid, None)
         self._tell(record, True)
         self._state.remove_pod(record.uid)
 
