@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kubernetes import client
@@ -151,6 +151,7 @@ def pod_manifest(
     image: str = PAUSE_IMAGE,
     priority_class_name: str | None = None,
     extended: Mapping[str, str] | None = None,
+    scheduling_gates: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A one-container pod. Hugepages, memory and ``extended`` resources get limits equal to their
     requests, as the API demands."""
@@ -174,6 +175,8 @@ def pod_manifest(
         spec["nodeSelector"] = dict(node_selector)
     if priority_class_name:
         spec["priorityClassName"] = priority_class_name
+    if scheduling_gates:
+        spec["schedulingGates"] = [{"name": gate} for gate in scheduling_gates]
     metadata: dict[str, Any] = {"name": name, "labels": dict(labels or {})}
     if annotations:
         metadata["annotations"] = dict(annotations)
