@@ -14,7 +14,10 @@ run on the same nodes, each with a kube-scheduler of its own (the chart's profil
 - **extender turns the backlog away**: the waiting pods ask 512 MiB (only the extender sees that no
   blocked pool has room) and the fitting pods 512 MiB, both through the enforce entry;
 - **backlog in-tree, fitting via extender**: the waiting pods as in the first, the fitting ones as in
-  the second.
+  the second;
+- **gates**: as the second, every pod created behind the extender's scheduling gate (what the chart's
+  marker policy does with ``gates.enabled``): the extender lifts the gate of a pod once a node it may use
+  has room, so the waiting pods never enter the scheduler's queue.
 
 **placed/s** is fitting pods over first creation to last bind; **x alone** that over the first
 variant's; **filters/fitting pod** the extender's filter calls while the fitting pods were placed, over
@@ -41,6 +44,7 @@ import msgspec
 
 from benchmarks.scheduler import APISERVER_ARGS, CLIENT_CONNECTION, SCHEDULER_NAME, Api, _in_session
 from e2e.controlplane import ControlPlane, Scheduler, Service, extender_scheduler_config, node_manifest, pod_manifest
+from extender.gates import GATE
 from extender.window import ENFORCE_MARKER
 
 COLUMNS = [
@@ -64,10 +68,11 @@ POOL = "64Gi"
 NAMESPACE = "backlog"
 TOO_LARGE = "128Gi"  # more than any pool: the in-tree resource filter turns the pod away
 NEED = "512Mi"
-VARIANTS = {
-    "kube-scheduler alone": (False, TOO_LARGE, False),  # (extender entry, waiting pods' need, via the extender)
-    "extender turns the backlog away": (True, NEED, True),
-    "backlog in-tree, fitting via extender": (True, TOO_LARGE, True),
+VARIANTS = {  # (extender entry, waiting pods' need, via the extender, behind the extender's gate)
+    "kube-scheduler alone": (False, TOO_LARGE, False, False),
+    "extender turns the backlog away": (True, NEED, True, False),
+    "backlog in-tree, fitting via extender": (True, TOO_LARGE, True, False),
+    "gates: the backlog waits behind the gate": (True, NEED, True, True),
 }
 
 
@@ -83,7 +88,8 @@ async def _create_nodes(api: Api, *, count: int) -> None:
     await api.create_all("/api/v1/nodes", bodies)
 
 
-def _pods(tag: str, count: int, *, half: str, need: str, marked: bool) -> list[dict[str, Any]]:
+def _pods(tag: str, count: int, *, half: str, need: str, marked: bool, gated: bool) -> list[dict[str, Any]]:
+    """As the chart's marker policy leaves them: the enforce marker, and with gates the extender's gate."""
     extended = {ENFORCE_MARKER: "1"} if marked else None
     return [
         pod_manifest(
@@ -93,6 +99,7 @@ def _pods(tag: str, count: int, *, half: str, need: str, marked: bool) -> list[d
             labels={"role": tag},
             node_selector={"backlog": half},
             extended=extended,
+            scheduling_gates=[GATE] if gated else [],
         )
         for i in range(count)
     ]
@@ -175,10 +182,9 @@ def run(
                 env={**os.environ, "LOG_LEVEL": "WARNING"},
                 timeout=180,
             )
-            for variant, (entry, need, marked) in VARIANTS.items():
-                row = _variant(
-                    cp, api, extender, variant, entry, need, marked, nodes, waiting, fitting, settle_seconds, timeout
-                )
+            for variant, (entry, need, marked, gated) in VARIANTS.items():
+                shape = (entry, need, marked, gated)
+                row = _variant(cp, api, extender, variant, shape, nodes, waiting, fitting, settle_seconds, timeout)
                 log(f"backlog: {row}")
                 rows.append(row)
             extender.stop()
@@ -193,16 +199,15 @@ def _variant(  # noqa: PLR0917 (one row of the table and what it runs on)
     api: Api,
     extender: Service,
     variant: str,
-    entry: bool,
-    need: str,
-    marked: bool,
+    shape: tuple[bool, str, bool, bool],
     nodes: int,
     waiting: int,
     fitting: int,
     settle_seconds: float,
     timeout: float,
 ) -> dict[str, Any]:
-    tag = ("ext" if need == NEED else "tree") + ("-marked" if marked else "")
+    entry, need, marked, gated = shape
+    tag = ("ext" if need == NEED else "tree") + ("-marked" if marked else "") + ("-gated" if gated else "")
     if entry:
         config = extender_scheduler_config(
             extender.url,
@@ -220,12 +225,12 @@ def _variant(  # noqa: PLR0917 (one row of the table and what it runs on)
     config["clientConnection"] = dict(CLIENT_CONNECTION)
     scheduler = cp.start_scheduler(config, name=f"kube-scheduler-backlog-{tag}")
     try:
-        backlog = _pods(f"wait-{tag}", waiting, half="blocked", need=need, marked=marked)
+        backlog = _pods(f"wait-{tag}", waiting, half="blocked", need=need, marked=marked, gated=gated)
         asyncio.run(_in_session(api, lambda a: a.create_all(f"/api/v1/namespaces/{NAMESPACE}/pods", backlog)))
         time.sleep(settle_seconds)  # every waiting pod tried and turned away at least once
         filters, retries = (_extender_counter(extender, name) for name in _EXTENDER_COUNTERS)
         attempts = _counter(scheduler.metrics(), "scheduler_schedule_attempts_total")
-        bodies = _pods(f"fit-{tag}", fitting, half="open", need=NEED, marked=marked)
+        bodies = _pods(f"fit-{tag}", fitting, half="open", need=NEED, marked=marked, gated=gated)
         seconds, bound = asyncio.run(
             _in_session(api, functools.partial(_place, bodies=bodies, role=f"fit-{tag}", timeout=timeout))
         )

@@ -40,7 +40,7 @@ PATH_ROOTS = ("extender/", "replay/", "tests/", "e2e/", "benchmarks/", "charts/"
 ALIASES: dict[str, Any] = {"state": ClusterState, "verbs": ExtenderVerbs}
 # Also roots of the chart's values (``tls.enabled``, ``metrics.prometheusRule``): checked as code only
 # when called (``config.policy_for()``) or in a code block, where ``config`` is the ``Config``.
-VALUE_HEADS = {"config", "tls", "metrics"}
+VALUE_HEADS = {"config", "tls", "metrics", "gates"}  # chart values whose head is also a module
 FILE_SUFFIXES = {"io", "py", "go", "sh", "md", "yaml", "yml", "json", "toml", "txt", "crt", "key", "slice"}
 DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?$")
 FENCE = re.compile(r"^```.*?$(.*?)^```", re.MULTILINE | re.DOTALL)

@@ -1,20 +1,33 @@
 """Pods behind the extender's scheduling gate (extender/gates.py) on the real kube-apiserver and
 kube-scheduler: they wait outside the scheduler's queue (no attempt, no filter call) while no node they
 may use has room, and are lifted one slot at a time, oldest first, as room frees; another controller's
-gate is never touched."""
+gate is never touched. The chart's gate (gates.enabled) applied for real: which pods it gates, and
+that the extender's identity may lift that gate and change nothing else."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from e2e.cluster.placement_support import Cell, assert_stays_pending, metric_value, reserve_pages
-from e2e.controlplane import wait_until
-from extender.gates import GATE
+from e2e.cluster.test_fail_closed import applied, helm_template, unique
+from e2e.cluster.test_node_agent import token_client
+from e2e.controlplane import ControlPlane, pod_manifest, wait_until
+from extender.gates import GATE, GatedPod
+from extender.kube.gatelift import GateWriter
+from extender.metrics import Metrics
+from extender.podrequest import PodDemand
+from extender.reach import UNCONSTRAINED
 
 pytestmark = pytest.mark.cluster
 
 WITHIN = 10.0
 OTHER_GATE = "example.com/quota"
+__all__ = ["applied"]  # the fixture, shared with test_fail_closed (policies deleted after each test)
 
 
 def gates_of(cell: Cell, name: str) -> list[str]:
@@ -54,3 +67,104 @@ def test_gated_pods_wait_outside_the_queue_and_are_lifted_as_room_frees(cell: Ce
     assert written == 3  # first, theirs, second: each pod's gate once
     # The two pods placed were each filtered once: the scheduler never cycled the ones still gated.
     assert filter_calls(extender) <= 2
+
+
+def test_the_chart_gates_enforced_pods_only_and_its_extender_may_lift_that_gate_and_nothing_else(
+    control_plane: ControlPlane, applied: Callable[[list[dict[str, Any]]], None]
+) -> None:
+    """gates.enabled rendered and applied for real: the marker policy gates new pods of enforcing
+    namespaces that ask for pages (another controller's gate kept), none of shadow namespaces, none
+    without pages; the extender's identity (RBAC patch of pods) lifts that gate with the extender's own
+    patch, and the policy refuses it any other change: another gate, a label, a lift with a label."""
+    release_namespace, enforced, shadowed = unique("hx"), unique("enforce"), unique("shadow")
+    for namespace in (release_namespace, enforced, shadowed):
+        control_plane.create_namespace(namespace)
+    documents = helm_template(
+        control_plane,
+        unique("hx"),
+        release_namespace,
+        "gates.enabled=true",
+        "topology=service",  # the extender its own ServiceAccount (the sidecar runs as the scheduler's)
+        f"config.namespaces.{enforced}.mode=enforce",
+        f"config.namespaces.{shadowed}.mode=shadow",
+    )
+    extender_objects = [
+        d
+        for d in documents
+        if d["kind"] in {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+        and not any(part in d["metadata"]["name"] for part in ("node-agent", "scheduler"))
+    ]
+    policies = [d for d in documents if "AdmissionPolicy" in d["kind"] and not d["metadata"]["name"].endswith("agent")]
+    assert sorted(d["kind"] for d in policies) == [
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+    applied([*extender_objects, *policies])
+    (account,) = [d["metadata"]["name"] for d in extender_objects if d["kind"] == "ServiceAccount"]
+    scheduler = "hugepage-scheduler"  # the chart's default profile: the policy touches only its pods
+    core = control_plane.core
+
+    def gates(namespace: str, name: str) -> list[str]:
+        pod = core.read_namespaced_pod(name, namespace)
+        return [gate.name for gate in pod.spec.scheduling_gates or ()]
+
+    def create(namespace: str, name: str, **kwargs: Any) -> list[str]:
+        body = pod_manifest(name, scheduler_name=scheduler, **kwargs)
+        core.create_namespaced_pod(namespace, client.V1Pod.model_validate(body))
+        return gates(namespace, name)
+
+    probe = pod_manifest(unique("probe"), scheduler_name=scheduler, hugepages_2mi="2Mi")
+
+    def policy_gates() -> bool:
+        made = core.create_namespaced_pod(enforced, client.V1Pod.model_validate(probe), dry_run="All")
+        return bool(made.spec.scheduling_gates)
+
+    wait_until("the marker policy to gate pods", policy_gates, timeout=60)
+    assert create(enforced, "gated", hugepages_2mi="2Mi") == [GATE]
+    assert create(enforced, "theirs", hugepages_2mi="2Mi", scheduling_gates=[OTHER_GATE]) == [OTHER_GATE, GATE]
+    assert create(enforced, "plain") == []
+    assert create(shadowed, "shadowed", hugepages_2mi="2Mi") == []
+
+    request = client.AuthenticationV1TokenRequest.model_validate({"spec": {"audiences": [], "expirationSeconds": 3600}})
+    token = core.create_namespaced_service_account_token(account, release_namespace, request)
+    as_extender = token_client(control_plane, str(token.status.token))
+    metrics = Metrics()
+    writer = GateWriter(as_extender, metrics)
+    written = metrics.child(metrics.api_writes, "gate", "written")
+    failed = metrics.child(metrics.api_writes, "gate", "failed")
+
+    def lift(name: str, index: int) -> None:
+        writer._patch(
+            GatedPod(*(f"uid-{name}", enforced, name, index, 0, ""), PodDemand(2 << 20, 0), UNCONSTRAINED, b"")
+        )
+
+    extender = client.CoreV1Api(as_extender)
+
+    def patch(name: str, body: list[dict[str, Any]]) -> int:
+        try:
+            extender.patch_namespaced_pod(
+                name, enforced, body, _content_type="application/json-patch+json", _preload_content=False
+            )
+        except ApiException as error:
+            return int(error.status)
+        return 200
+
+    label = {"op": "add", "path": "/metadata/labels", "value": {"evil": "yes"}}
+    # The policy is in force a moment after it is created: until then RBAC alone lets the write through.
+    wait_until("the policy to refuse a label", lambda: patch("plain", [label]) == 403, timeout=60)
+    lift("gated", 0)
+    assert gates(enforced, "gated") == []
+    assert written._value.get() == 1
+    lift("theirs", 0)  # the entry there is another controller's: the patch's test refuses it
+    assert failed._value.get() == 1
+    lift("theirs", 1)
+    assert gates(enforced, "theirs") == [OTHER_GATE]
+    assert written._value.get() == 2
+
+    assert patch("theirs", [{"op": "remove", "path": "/spec/schedulingGates/0"}]) == 403  # not its gate
+    assert create(enforced, "again", hugepages_2mi="2Mi") == [GATE]
+    with_label = [{"op": "remove", "path": "/spec/schedulingGates/0"}, label]
+    assert patch("again", with_label) == 403
+    assert patch("again", with_label[:1]) == 200

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from extender.gates import GATE
 from extender.kube.nudge import NUDGE_ANNOTATION
 
 from .chartlib import CHART, CI_VALUES, NAMESPACE, RELEASE, ROOT, Doc, Helm, HelmError, Rendered
@@ -424,6 +425,8 @@ def test_extender_cluster_role_is_least_privilege(renders: dict[str, Rendered], 
     expected |= {(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")}
     if is_bind(scenario):
         expected.add(("", "pods/binding", "create"))
+    if effective(scenario)["gates"]["enabled"]:
+        expected.add(("", "pods", "patch"))  # lifting its gate, narrowed by the nudge policy
     assert granted == expected
     assert all("resourceNames" not in rule for rule in rules)
     binding = renders[scenario].get("ClusterRoleBinding", EXTENDER)
@@ -431,6 +434,23 @@ def test_extender_cluster_role_is_least_privilege(renders: dict[str, Rendered], 
     # The sidecar runs as its pod's ServiceAccount, the scheduler's.
     account = SCHEDULER if topology_of(scenario) == "sidecar" else EXTENDER
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_gates_are_the_extenders_gate_added_lifted_and_allowed_together(
+    renders: dict[str, Rendered], scenario: str
+) -> None:
+    """gates.enabled: the marker policy adds extender.gates.GATE, the extender lifts it (--lift-gates),
+    the nudge policy lets it remove that gate; off: none of the three."""
+    on = effective(scenario)["gates"]["enabled"]
+    rendered = renders[scenario]
+    mutations = [m for d in rendered.all("MutatingAdmissionPolicy") for m in d["spec"]["mutations"]]
+    added = [m["applyConfiguration"]["expression"] for m in mutations if m["patchType"] == "ApplyConfiguration"]
+    checks = [v["expression"] for d in rendered.all("ValidatingAdmissionPolicy") for v in d["spec"]["validations"]]
+    args = the_extender_container(rendered, topology_of(scenario))["args"]
+    assert ("--lift-gates" if on else "--no-lift-gates") in args
+    assert any(f"schedulingGates{{name: '{GATE}'}}" in expression for expression in added) is on
+    assert any("variables.gateLifted" in expression for expression in checks) is on
 
 
 # -- the scheduler ----------------------------------------------------------------

@@ -564,6 +564,7 @@ args:
   - --liveness-socket=hugepage-extender-liveness
   - --shutdown-timeout={{ $.Values.extender.shutdownTimeoutSeconds }}
   - --drain-seconds={{ $.Values.extender.drainSeconds }}
+  - --{{ if not $.Values.gates.enabled }}no-{{ end }}lift-gates
   {{- if eq (include "hugepage-extender.bind" $) "true" }}
   - --enable-bind
   - --bind-timeout-seconds={{ $.Values.bind.timeoutSeconds }}
@@ -684,4 +685,9 @@ checksum/{{ .prefix }}config: {{ include "hugepage-extender.configFile" .context
 {{- if eq (include "hugepage-extender.tlsOn" .context) "true" }}
 checksum/{{ .prefix }}tls: {{ include "hugepage-extender.tls" .context | fromJson | toYaml | sha256sum }}
 {{- end }}
+{{- end }}
+
+{{/* The scheduling gate the pods of enforcing namespaces wait behind (extender/gates.py, GATE). */}}
+{{- define "hugepage-extender.gate" -}}
+hugepage-extender.io/room
 {{- end }}
