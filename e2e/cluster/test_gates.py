@@ -30,9 +30,13 @@ OTHER_GATE = "example.com/quota"
 __all__ = ["applied"]  # the fixture, shared with test_fail_closed (policies deleted after each test)
 
 
-def gates_of(cell: Cell, name: str) -> list[str]:
-    pod = cell.core.read_namespaced_pod(name, cell.namespace)
+def gate_names(pod: client.V1Pod) -> list[str]:
+    assert pod.spec is not None
     return [gate.name for gate in pod.spec.scheduling_gates or ()]
+
+
+def gates_of(cell: Cell, name: str) -> list[str]:
+    return gate_names(cell.core.read_namespaced_pod(name, cell.namespace))
 
 
 def filter_calls(extender: object) -> float:
@@ -107,8 +111,7 @@ def test_the_chart_gates_enforced_pods_only_and_its_extender_may_lift_that_gate_
     core = control_plane.core
 
     def gates(namespace: str, name: str) -> list[str]:
-        pod = core.read_namespaced_pod(name, namespace)
-        return [gate.name for gate in pod.spec.scheduling_gates or ()]
+        return gate_names(core.read_namespaced_pod(name, namespace))
 
     def create(namespace: str, name: str, **kwargs: Any) -> list[str]:
         body = pod_manifest(name, scheduler_name=scheduler, **kwargs)
@@ -119,7 +122,7 @@ def test_the_chart_gates_enforced_pods_only_and_its_extender_may_lift_that_gate_
 
     def policy_gates() -> bool:
         made = core.create_namespaced_pod(enforced, client.V1Pod.model_validate(probe), dry_run="All")
-        return bool(made.spec.scheduling_gates)
+        return bool(gate_names(made))
 
     wait_until("the marker policy to gate pods", policy_gates, timeout=60)
     assert create(enforced, "gated", hugepages_2mi="2Mi") == [GATE]
@@ -129,6 +132,7 @@ def test_the_chart_gates_enforced_pods_only_and_its_extender_may_lift_that_gate_
 
     request = client.AuthenticationV1TokenRequest.model_validate({"spec": {"audiences": [], "expirationSeconds": 3600}})
     token = core.create_namespaced_service_account_token(account, release_namespace, request)
+    assert token.status is not None
     as_extender = token_client(control_plane, str(token.status.token))
     metrics = Metrics()
     writer = GateWriter(as_extender, metrics)
@@ -151,7 +155,7 @@ def test_the_chart_gates_enforced_pods_only_and_its_extender_may_lift_that_gate_
             return int(error.status)
         return 200
 
-    label = {"op": "add", "path": "/metadata/labels", "value": {"evil": "yes"}}
+    label: dict[str, Any] = {"op": "add", "path": "/metadata/labels", "value": {"evil": "yes"}}
     # The policy is in force a moment after it is created: until then RBAC alone lets the write through.
     wait_until("the policy to refuse a label", lambda: patch("plain", [label]) == 403, timeout=60)
     lift("gated", 0)
