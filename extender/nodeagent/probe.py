@@ -27,8 +27,8 @@ from extender.nodeagent.counters import (
     fewer_pod_pages,
     hugetlb_bytes_of_status,
     hugetlbfs_mounts,
-    more_committed,
-    more_committed_per_numa_node,
+    most_committed,
+    most_committed_per_numa_node,
     numa_node_of_dir,
     page_size_of_dir,
     pages_of,
@@ -329,8 +329,8 @@ def _settled_reading(roots: Roots) -> tuple[KernelReading, PodsReading]:
         pods.append(pod_pages(roots, sizes))
         if len(kernel) >= 2 and kernel[-1] == kernel[-2] and pods[-1] == pods[-2] == pods[-3]:
             return kernel[-1], pods[-1]
-    pools = reduce(more_committed, (pools for pools, _ in kernel))
-    per_numa = reduce(more_committed_per_numa_node, (per_numa for _, per_numa in kernel))
+    pools = reduce(most_committed, (pools for pools, _ in kernel))
+    per_numa = reduce(most_committed_per_numa_node, (per_numa for _, per_numa in kernel))
     source = pods[-1][0]  # a source that changed meanwhile (the controller turned on): the last one's readings
     pods_now = reduce(fewer_pod_pages, (found for read_from, found in pods if read_from == source))
     return (pools, per_numa), (source, pods_now)
