@@ -187,10 +187,10 @@ async def _joined(pieces: list[bytes], size: int, ledger: BufferLedger, holding:
 
 
 async def _room(ledger: BufferLedger, holding: Holding, size: int) -> None:
-    """``size`` more bytes counted for ``holding`` before they are made (``BufferLedger.reserve``),
+    """``size`` more bytes counted for ``holding`` before they are made (``BufferLedger.claim``),
     waiting a moment for bytes cut to be let go of; NoRoom when they cannot be."""
     deadline = time.monotonic() + ROOM_WAIT_SECONDS
-    while (room := ledger.reserve(holding, size, time.monotonic())) is not Room.GRANTED:
+    while (room := ledger.claim(holding, size, time.monotonic())) is not Room.GRANTED:
         if room is Room.REFUSED or time.monotonic() >= deadline:
             raise NoRoom
         await asyncio.sleep(ROOM_POLL_SECONDS)

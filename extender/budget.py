@@ -128,7 +128,7 @@ class BufferLedger:
         if self.total > self.limit:
             self._cut_stalest(lambda: self.total <= self.limit)
 
-    def reserve(self, holding: Holding, size: int, now: float) -> Room:
+    def claim(self, holding: Holding, size: int, now: float) -> Room:
         """Room for ``size`` more bytes of ``holding`` before they are made: the kept lists and
         then the stalest other holdings are cut until what is held, dying bytes counted, leaves
         it. Granted, the bytes count as ``holding``'s; to wait when only dying bytes are in the
@@ -154,7 +154,7 @@ class BufferLedger:
         holding.kind = IN_HAND
 
     def let_go(self, holding: Holding, size: int) -> None:
-        """``size`` of ``holding``'s bytes are let go of (a copy freed, room reserved and not used)."""
+        """``size`` of ``holding``'s bytes are let go of (a copy freed, room claimed and not used)."""
         holding.size -= size
         if holding.dying:
             self.dying -= size

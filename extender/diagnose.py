@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from kubernetes import client
@@ -22,7 +22,7 @@ from extender.config import Config, page_size_of
 from extender.diagnostics import ExtenderState, NodeRow, node_rows
 from extender.errors import ExtenderError
 from extender.explain import Explanation, explain_pod
-from extender.kube.live import extender_url_of_service, read_cluster, read_pod
+from extender.kube.live import LiveCluster, LivePod, extender_url_of_service, read_cluster, read_pod
 from extender.remote import RemoteExtender
 
 
@@ -62,28 +62,46 @@ def live_explanation(
     sources = {"cluster": f"{cluster}: {len(live.nodes)} nodes, {len(live.pods)} bound pods"}
     if live.reports_missing:
         sources["node reports"] = f"none read ({live.reports_missing}): nodes counted from pod requests"
-    names: list[str] | None = None
+    names = _candidates(live, live_pod, nodes, sources)
+    if pod.spec.node_name:
+        sources["pod"] = f"already bound to {pod.spec.node_name} (not counted there below)"
+    sources.update(_decider_sources(remote, extender, state.accounts if names is None else names, config_source))
+    holds = remote.holds_by_size if remote is not None else None
+    return explain_pod(state, pod, names, holds=holds, sources=sources)
+
+
+def _candidates(
+    live: LiveCluster, live_pod: LivePod, nodes: Sequence[str] | None, sources: dict[str, str]
+) -> list[str] | None:
+    """The nodes to explain: those asked for, else those the pod's nodeSelector matches (said in
+    ``sources``), else None (every node)."""
     if nodes:
-        names = list(nodes)
-    elif live_pod.node_selector:
+        return list(nodes)
+    if live_pod.node_selector:
         # The scheduler never considers the others: the table keeps to the nodes it does.
         names = live.matching(live_pod.node_selector)
         shown = ",".join(f"{k}={v}" for k, v in sorted(live_pod.node_selector.items()))
         sources["candidates"] = f"{len(names)} nodes match the pod's nodeSelector {shown}"
-    if pod.spec.node_name:
-        sources["pod"] = f"already bound to {pod.spec.node_name} (not counted there below)"
-    if remote is not None and extender is not None:
-        shown_nodes = set(state.accounts if names is None else names)
-        held = sum(h.pods for n, h in remote.holds.items() if n in shown_nodes)
-        sources["policy"] = f"the extender at {extender.url}" + (" (namespace exempt)" if remote.exempt else "")
-        sources["in flight"] = f"the extender at {extender.url}: {held} hold(s) on these nodes"
-        if not remote.ready:
-            sources["warning"] = "the extender is not ready: its cluster state is not synced"
-    else:
-        sources["policy"] = config_source
-        sources["in flight"] = "not known: ask the running extender (--extender URL)"
-    holds = remote.holds_by_size if remote is not None else None
-    return explain_pod(state, pod, names, holds=holds, sources=sources)
+        return names
+    return None
+
+
+def _decider_sources(
+    remote: ExtenderState | None, extender: RemoteExtender | None, shown: Iterable[str], config_source: str
+) -> dict[str, str]:
+    """Where the policy and the placements in flight come from: the running extender when asked
+    (with its holds on the nodes ``shown``), else the local config, with nothing known in flight."""
+    if remote is None or extender is None:
+        return {"policy": config_source, "in flight": "not known: ask the running extender (--extender URL)"}
+    shown_nodes = set(shown)
+    held = sum(h.pods for n, h in remote.holds.items() if n in shown_nodes)
+    sources = {
+        "policy": f"the extender at {extender.url}" + (" (namespace exempt)" if remote.exempt else ""),
+        "in flight": f"the extender at {extender.url}: {held} hold(s) on these nodes",
+    }
+    if not remote.ready:
+        sources["warning"] = "the extender is not ready: its cluster state is not synced"
+    return sources
 
 
 def live_node_rows(

@@ -1,8 +1,8 @@
 """What only the running extender knows, as a stable JSON document, and how a client reads it back.
 
 The extender answers ``GET /debug/state`` with this document (server side:
-``state_report``); ``explain --extender`` and ``kubectl hugepages`` read it
-(``parse_state_report``) and lay its holds over the accounts they build from the
+``state_document``); ``explain --extender`` and ``kubectl hugepages`` read it
+(``parse_state_document``) and lay its holds over the accounts they build from the
 API (``with_holds``). Only figures leave the extender: per-node totals of
 placements in flight, the namespace's effective policy, and node reports. Never
 objects, pod names or UIDs, never anything from a Secret.
@@ -27,7 +27,7 @@ STATE_VERSION = 1
 MAX_STATE_NODES = 100  # nodes one state request may name: 100 names of 63 characters keep its URL under 8 KiB
 
 
-class StateReportError(ValueError):
+class StateDocumentError(ValueError):
     """A state document this client cannot read (another version, or not a state document at all)."""
 
 
@@ -100,7 +100,7 @@ def holds_per_node(
     return dict(sorted(held.items()))
 
 
-def state_report(
+def state_document(
     *,
     resource_name: str,
     ready: bool,
@@ -193,17 +193,17 @@ def _policy(document: _PolicyDoc) -> Policy:
     try:
         return policy_from_document(document)
     except PolicyDocumentError as error:
-        raise StateReportError(f"not an extender state document: a policy: {error}") from None
+        raise StateDocumentError(f"not an extender state document: a policy: {error}") from None
 
 
-def parse_state_report(body: bytes) -> ExtenderState:
+def parse_state_document(body: bytes) -> ExtenderState:
     """Read a ``/debug/state`` answer. Unknown keys are ignored (a newer extender may add some)."""
     try:
         doc = msgspec.json.decode(body, type=_StateDoc)
     except (msgspec.ValidationError, msgspec.DecodeError) as error:
-        raise StateReportError(f"not an extender state document: {error}") from None
+        raise StateDocumentError(f"not an extender state document: {error}") from None
     if doc.version != STATE_VERSION:
-        raise StateReportError(f"state document version {doc.version}, this client reads {STATE_VERSION}")
+        raise StateDocumentError(f"state document version {doc.version}, this client reads {STATE_VERSION}")
     placement = PolicyTable(
         defaults=_policy(doc.placement.defaults),
         namespaces={ns: _policy(p) for ns, p in doc.placement.namespaces.items()},
@@ -269,17 +269,17 @@ def node_rows(
     """The per-node table of one size's pools (``resource``), nodes with a pool first (by name), then those without."""
     rows = []
     for name, account in with_holds(accounts, holds).items():
-        size = account.page_size
+        page_size = account.page_size
         report = (reports or {}).get(name)
         rows.append(
             NodeRow(
                 node=name,
-                pool_bytes=account.total_pages * size,
-                pods_bytes=account.used_pages * size,
-                outside_pods_bytes=account.reserved_pages * size,
-                in_flight_bytes=account.held_pages * size,
+                pool_bytes=account.total_pages * page_size,
+                pods_bytes=account.used_pages * page_size,
+                outside_pods_bytes=account.reserved_pages * page_size,
+                in_flight_bytes=account.held_pages * page_size,
                 in_flight_pods=holds[name].pods if name in holds else 0,
-                free_bytes=account.free_pages * size,
+                free_bytes=account.free_pages * page_size,
                 report_age_seconds=report.age_seconds if report is not None else None,
                 resource=resource,
             )
@@ -363,9 +363,9 @@ def pool_totals(accounts: Iterable[NodeAccount]) -> PoolTotals:
     for a in accounts:
         if not a.has_pool:
             continue
-        size = a.page_size
-        capacity += a.total_pages * size
-        pods += a.used_pages * size
-        outside += a.reserved_pages * size
-        inflight += min(a.held_pages, max(0, a.total_pages - a.committed_pages)) * size
+        page_size = a.page_size
+        capacity += a.total_pages * page_size
+        pods += a.used_pages * page_size
+        outside += a.reserved_pages * page_size
+        inflight += min(a.held_pages, max(0, a.total_pages - a.committed_pages)) * page_size
     return PoolTotals(capacity, pods, outside, inflight)

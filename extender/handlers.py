@@ -24,7 +24,7 @@ from extender.bodies import done as done_with_body
 from extender.budget import KEPT, BufferLedger, Holding
 from extender.cluster import ClusterState, PodRecord
 from extender.config import Config
-from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, state_report
+from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, state_document
 from extender.filterobserver import OTHER_NAMESPACES, EventRecorder, FilterObserver
 from extender.gatelift import lift_round
 from extender.gates import GatedPod, GatedPods
@@ -244,7 +244,7 @@ class Extender:
         if nodes is not None and len(nodes) > MAX_STATE_NODES:
             raise web.HTTPBadRequest(text=f"at most {MAX_STATE_NODES} nodes per request")
         self.state.expire_holds()
-        report = state_report(
+        document = state_document(
             resource_name=self.config.resource_name,
             ready=self.state.ready,
             namespace=namespace,
@@ -258,7 +258,7 @@ class Extender:
                 for size in self.state.sizes[1:]
             },
         )
-        return web.json_response(report, headers={"Cache-Control": "no-store"})
+        return web.json_response(document, headers={"Cache-Control": "no-store"})
 
     async def debug_shadow(self, request: web.Request) -> web.Response:
         """Shadow's scorecard (``extender.scorecard``), for ``kubectl hugepages shadow``: per namespace
@@ -267,8 +267,8 @@ class Extender:
         /debug/state: the verbs' port, its TLS and client certificates."""
         self._counted(self.scorecard.tick())
         namespace = request.query.get("namespace", "")
-        report = self.scorecard.report(self.observer.namespace_label(namespace) if namespace else None)
-        return web.json_response(report, headers={"Cache-Control": "no-store"})
+        document = self.scorecard.document(self.observer.namespace_label(namespace) if namespace else None)
+        return web.json_response(document, headers={"Cache-Control": "no-store"})
 
     def pod_seen(self, record: PodRecord, deleted: bool) -> None:
         """A watch event, before the state applies it: a shadow pod first shown bound that no bind judged

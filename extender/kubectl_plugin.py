@@ -86,8 +86,12 @@ def _shadow(args: argparse.Namespace) -> int:
             remote = remote_from_args(args, api)
     if remote is None:
         raise ExtenderUnreachable("the scorecard is the running extender's: give --extender or --extender-service")
-    report = remote.shadow(args.namespace or "")
-    print(msgspec.json.format(msgspec.json.encode(report)).decode() if args.output == "json" else render_shadow(report))
+    document = remote.shadow(args.namespace or "")
+    print(
+        msgspec.json.format(msgspec.json.encode(document)).decode()
+        if args.output == "json"
+        else render_shadow(document)
+    )
     return 0
 
 

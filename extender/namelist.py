@@ -25,6 +25,31 @@ _QUOTE, _COMMA, _SPACE, _DEL = ord('"'), ord(","), ord(" "), 0x7F
 _decoder = msgspec.json.Decoder(list[str])
 
 
+def _printable_array_bytes(json: bytes) -> npt.NDArray[np.uint8] | None:
+    """``json``'s bytes when it is shaped ``["...",...]`` in printable ASCII without escapes, else None."""
+    if len(json) < 4 or json[:2] != b'["' or json[-2:] != b'"]' or b"\\" in json:
+        return None
+    data = np.frombuffer(json, np.uint8)
+    if data.min() < _SPACE or data.max() >= _DEL:
+        return None
+    return data
+
+
+def _commas_are_separators(quotes: npt.NDArray[np.bool_], commas: npt.NDArray[np.intp]) -> bool:
+    """Whether every comma is a separator ``","`` of its own and there is no other quote (``quotes``
+    marks each byte of the array that is a quote, ``commas`` are the offsets of its commas)."""
+    size = len(quotes)
+    if np.count_nonzero(quotes) != 2 * len(commas) + 2:
+        return False
+    return not len(commas) or bool(
+        commas[0] >= 3  # the opening quote is not the first separator's
+        and commas[-1] <= size - 4  # nor the closing one the last separator's
+        and (len(commas) == 1 or np.diff(commas).min() >= 3)  # no quote shared by two
+        and quotes[commas - 1].all()
+        and quotes[commas + 1].all()
+    )
+
+
 class NameList(Sequence[str]):
     """An immutable sequence of the names in ``json``; ``json`` is kept and may be echoed."""
 
@@ -54,23 +79,12 @@ class NameList(Sequence[str]):
         """
         if json == b"[]":
             return cls(json, np.zeros(0, np.intp))
-        size = len(json)
-        if size < 4 or json[:2] != b'["' or json[-2:] != b'"]' or b"\\" in json:
-            return None
-        data = np.frombuffer(json, np.uint8)
-        if data.min() < _SPACE or data.max() >= _DEL:
+        data = _printable_array_bytes(json)
+        if data is None:
             return None
         quotes = data == _QUOTE
         commas = (data == _COMMA).nonzero()[0]
-        if np.count_nonzero(quotes) != 2 * len(commas) + 2:
-            return None
-        if len(commas) and not (
-            commas[0] >= 3  # the opening quote is not the first separator's
-            and commas[-1] <= size - 4  # nor the closing one the last separator's
-            and (len(commas) == 1 or np.diff(commas).min() >= 3)  # no quote shared by two
-            and quotes[commas - 1].all()
-            and quotes[commas + 1].all()
-        ):
+        if not _commas_are_separators(quotes, commas):
             return None
         return cls(json, commas)
 

@@ -18,7 +18,7 @@ from enum import StrEnum
 
 import msgspec
 
-from extender.objects import Pod
+from extender.objects import Pod, PodStatus
 
 # A container waiting for one of these is failing on its node (an image still being pulled is not).
 _FAILING_WAITS = frozenset({"CrashLoopBackOff", "RunContainerError", "CreateContainerError"})
@@ -121,18 +121,11 @@ def signal_of(pod: Pod) -> PodSignal:
     """The pod's status as an outcome reads it. A status it cannot read reads as nothing known yet."""
     if pod.metadata.deletion_timestamp:
         return PodSignal(deleting=True)
-    status = pod.status
-    if status.phase == "Failed":
-        why = status.reason or "Failed"
-        return PodSignal(failure=_short(f"{why}: {status.message}" if status.message else why))
-    if status.phase == "Succeeded":
-        return PodSignal(succeeded=True)
+    ended = _phase_signal(pod.status)
+    if ended is not None:
+        return ended
     try:
-        conditions = _conditions.decode(status.conditions) if _given(status.conditions) else []
-        containers = [
-            *(_containers.decode(status.init_container_statuses) if _given(status.init_container_statuses) else []),
-            *(_containers.decode(status.container_statuses) if _given(status.container_statuses) else []),
-        ]
+        conditions, containers = _decoded_statuses(pod.status)
     except msgspec.DecodeError:
         return PodSignal()
     for container in containers:
@@ -141,6 +134,27 @@ def signal_of(pod: Pod) -> PodSignal:
             return PodSignal(failure=failure)
     ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
     return PodSignal(ready=ready)
+
+
+def _phase_signal(status: PodStatus) -> PodSignal | None:
+    """The signal of a pod whose phase says it ended (Failed or Succeeded), None while it has not."""
+    if status.phase == "Failed":
+        why = status.reason or "Failed"
+        return PodSignal(failure=_short(f"{why}: {status.message}" if status.message else why))
+    if status.phase == "Succeeded":
+        return PodSignal(succeeded=True)
+    return None
+
+
+def _decoded_statuses(status: PodStatus) -> tuple[list[_Condition], list[_ContainerStatus]]:
+    """The pod's conditions, and its init containers' statuses then its containers' (raises
+    ``msgspec.DecodeError`` on a status it cannot read)."""
+    conditions = _conditions.decode(status.conditions) if _given(status.conditions) else []
+    containers = [
+        *(_containers.decode(status.init_container_statuses) if _given(status.init_container_statuses) else []),
+        *(_containers.decode(status.container_statuses) if _given(status.container_statuses) else []),
+    ]
+    return conditions, containers
 
 
 def outcome_of(signal: PodSignal, *, ready_for: float | None, settle_seconds: float) -> PodOutcome | None:

@@ -92,6 +92,15 @@ def _too_large(text: str) -> QuantityError:
 
 @lru_cache(maxsize=8192)  # keys are at most MAX_QUANTITY_CHARS long: at most ~1 MiB kept
 def _parse(text: str) -> Decimal:
+    mantissa, exponent, factor = _terms(text)
+    if mantissa == 0:
+        return Decimal(0)
+    return _in_nanos(text, mantissa, exponent, factor)
+
+
+def _terms(text: str) -> tuple[int, int, int]:
+    """The quantity as ``mantissa * 10**exponent * factor`` (``factor``: a binary suffix's power
+    of 1024, else 1), read from the grammar without any arithmetic on the exponent's size."""
     match = _GRAMMAR.fullmatch(text)
     if match is None or not (match["int"] or match["frac"]):
         raise _invalid(text, "not a Kubernetes quantity (such as 2Mi, 500m, 1.5Gi, 1e3)")
@@ -99,16 +108,18 @@ def _parse(text: str) -> Decimal:
         raise _invalid(text, "negative")
     int_digits, frac_digits = match["int"] or "", match["frac"] or ""
     mantissa = int(int_digits + frac_digits)  # at most MAX_QUANTITY_CHARS digits
-    if mantissa == 0:
-        return Decimal(0)
     exponent = -len(frac_digits)
-    base, power = 10, 0
     if match["exp"]:
-        exponent += int(match["exp"][1:])  # at most MAX_QUANTITY_CHARS digits: cheap
-    elif match["suffix"]:
+        return mantissa, exponent + int(match["exp"][1:]), 1  # at most MAX_QUANTITY_CHARS digits: cheap
+    if match["suffix"]:
         base, power = _SUFFIXES[match["suffix"]]
-        if base == 10:
-            exponent, base, power = exponent + power, 10, 0
+        return (mantissa, exponent + power, 1) if base == 10 else (mantissa, exponent, base**power)
+    return mantissa, exponent, 1
+
+
+def _in_nanos(text: str, mantissa: int, exponent: int, factor: int) -> Decimal:
+    """``mantissa * 10**exponent * factor`` (``mantissa`` not 0) exactly, in whole nanos rounded up,
+    or an error when it is over 2^63-1."""
     # The magnitude from the digit count and the exponent alone, before any arithmetic:
     # value >= 10^(digits - 1 + exponent), so a value of 10^19 or more is over 2^63-1.
     digits = len(str(mantissa))
@@ -118,7 +129,7 @@ def _parse(text: str) -> Decimal:
         # Below 10^-40 * 1024^6 < 10^-9: Kubernetes rounds any such value up to one nano.
         return Decimal("1e-9")
     # Exact, in whole nanos rounded up; every factor is now bounded.
-    scaled = mantissa * base**power if base == 1024 else mantissa
+    scaled = mantissa * factor
     shift = exponent + 9
     nanos = scaled * 10**shift if shift >= 0 else -(-scaled // 10**-shift)
     if nanos > INT64_MAX * _NANO:

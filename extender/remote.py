@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from extender.diagnostics import MAX_STATE_NODES, ExtenderState, StateReportError, parse_state_report
+from extender.diagnostics import MAX_STATE_NODES, ExtenderState, StateDocumentError, parse_state_document
 from extender.errors import ExtenderError
-from extender.shadowreport import ShadowReport, ShadowReportError, parse_shadow_report
+from extender.shadowreport import ShadowDocument, ShadowDocumentError, parse_shadow_document
 
 MAX_STATE_BYTES = 8 * 1024 * 1024
 
@@ -55,16 +55,16 @@ class RemoteExtender:
             query["excludePod"] = exclude_pod
         body = self._get("/debug/state", query)
         try:
-            return parse_state_report(body)
-        except StateReportError as error:
+            return parse_state_document(body)
+        except StateDocumentError as error:
             raise ExtenderUnreachable(f"{self.url}: {error}") from None
 
-    def shadow(self, namespace: str = "") -> ShadowReport:
+    def shadow(self, namespace: str = "") -> ShadowDocument:
         """Shadow's scorecard (``/debug/shadow``): every namespace's, or ``namespace``'s row."""
         body = self._get("/debug/shadow", {"namespace": namespace} if namespace else {})
         try:
-            return parse_shadow_report(body)
-        except ShadowReportError as error:
+            return parse_shadow_document(body)
+        except ShadowDocumentError as error:
             raise ExtenderUnreachable(f"{self.url}: {error}") from None
 
     def _get(self, path: str, query: dict[str, str]) -> bytes:

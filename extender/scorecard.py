@@ -194,7 +194,7 @@ class Scorecard:
             row.stories[end].append(_story(followed, end, now))
         return followed.row, end
 
-    def report(self, row: str | None = None) -> dict[str, Any]:
+    def document(self, row: str | None = None) -> dict[str, Any]:
         """The scorecard as ``/debug/shadow`` answers it: each row's counts over the window and since the
         start, precision and recall over the window, the last pods of each cell; one row when named."""
         now = self._clock()

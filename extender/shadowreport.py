@@ -21,7 +21,7 @@ _TITLES = {
 }
 
 
-class ShadowReportError(ExtenderError):
+class ShadowDocumentError(ExtenderError):
     """An answer that is not a scorecard."""
 
 
@@ -46,28 +46,28 @@ class Row(msgspec.Struct, frozen=True):
     pods: dict[str, list[PodStory]]
 
 
-class ShadowReport(msgspec.Struct, rename="camel", frozen=True):
+class ShadowDocument(msgspec.Struct, rename="camel", frozen=True):
     settle_seconds: float
     window_seconds: float
     followed: int
     namespaces: dict[str, Row]
 
 
-def parse_shadow_report(body: bytes) -> ShadowReport:
+def parse_shadow_document(body: bytes) -> ShadowDocument:
     try:
-        return msgspec.json.decode(body, type=ShadowReport)
+        return msgspec.json.decode(body, type=ShadowDocument)
     except msgspec.DecodeError as error:
-        raise ShadowReportError(f"not a shadow scorecard: {error}") from None
+        raise ShadowDocumentError(f"not a shadow scorecard: {error}") from None
 
 
 def _share(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _table_lines(report: ShadowReport) -> Iterator[str]:
+def _table_lines(document: ShadowDocument) -> Iterator[str]:
     head = ("NAMESPACE", *(c.upper() for c in CELLS), "DELETED", "EXPIRED", "PRECISION", "RECALL", "AWAITING")
     rows = [head]
-    for name, row in report.namespaces.items():
+    for name, row in document.namespaces.items():
         counts = [str(row.window.get(end, 0)) for end in (*CELLS, "deleted", "expired")]
         rows.append((name, *counts, _share(row.precision), _share(row.recall), str(row.awaiting)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
@@ -75,18 +75,18 @@ def _table_lines(report: ShadowReport) -> Iterator[str]:
         yield "  ".join(value.ljust(width) for value, width in zip(r, widths, strict=True)).rstrip()
 
 
-def render_shadow(report: ShadowReport) -> str:
+def render_shadow(document: ShadowDocument) -> str:
     """The table over the window, then the pods behind each cell (the last few, newest first)."""
-    minutes = report.window_seconds / 60
+    minutes = document.window_seconds / 60
     lines = [
-        f"Shadow's scorecard over the last {minutes:g} min (a pod ran once Ready for {report.settle_seconds:g} s);"
-        f" {report.followed} pods awaiting their outcome.",
+        f"Shadow's scorecard over the last {minutes:g} min (a pod ran once Ready for {document.settle_seconds:g} s);"
+        f" {document.followed} pods awaiting their outcome.",
         "",
-        *_table_lines(report),
+        *_table_lines(document),
     ]
-    if not report.namespaces:
+    if not document.namespaces:
         lines.append("(no namespace in shadow mode)")
-    for name, row in report.namespaces.items():
+    for name, row in document.namespaces.items():
         for cell in CELLS:
             stories = row.pods.get(cell, [])
             if not stories:

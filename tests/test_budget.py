@@ -86,16 +86,16 @@ def test_room_asked_before_bytes_are_made_waits_for_cut_bytes_to_be_let_go_of() 
     unread = ledger.open(ANSWER, lambda _: cut.append("unread"), now=1.0)
     ledger.grow(unread, 40, now=1.0)
     inflating = ledger.open(IN_HAND, lambda _: cut.append("inflating"), now=2.0)
-    assert ledger.reserve(inflating, 30, now=2.0) is Room.GRANTED  # 90 of 100: nothing cut
-    assert ledger.reserve(inflating, 20, now=3.0) is Room.GRANTED  # the kept lists go, let go of at once
+    assert ledger.claim(inflating, 30, now=2.0) is Room.GRANTED  # 90 of 100: nothing cut
+    assert ledger.claim(inflating, 20, now=3.0) is Room.GRANTED  # the kept lists go, let go of at once
     assert cut == ["kept"]
     assert (ledger.total, ledger.dying) == (90, 0)
-    assert ledger.reserve(inflating, 30, now=4.0) is Room.WAIT  # the answer is cut, its bytes still held
+    assert ledger.claim(inflating, 30, now=4.0) is Room.WAIT  # the answer is cut, its bytes still held
     assert cut == ["kept", "unread"]
     assert (ledger.total, ledger.dying) == (50, 40)
     ledger.close(unread)  # its owner unwound
     assert ledger.dying == 0
-    assert ledger.reserve(inflating, 30, now=5.0) is Room.GRANTED
+    assert ledger.claim(inflating, 30, now=5.0) is Room.GRANTED
     ledger.let_go(inflating, 30)  # a copy freed
     assert ledger.total == 50
 
@@ -108,11 +108,11 @@ def test_a_request_being_decided_is_never_cut_and_room_beside_it_is_refused() ->
     ledger.in_hand(deciding)
     arriving = ledger.open(BODY, lambda _: cut.append("arriving"), now=1.0)
     ledger.grow(arriving, 20, now=1.0)
-    assert ledger.reserve(arriving, 20, now=2.0) is Room.REFUSED  # 110: the request in hand cannot give way
+    assert ledger.claim(arriving, 20, now=2.0) is Room.REFUSED  # 110: the request in hand cannot give way
     ledger.grow(arriving, 20, now=2.0)  # bytes that arrived anyway: the arriving body is cut, not the other
     assert cut == ["arriving"]
-    assert ledger.reserve(deciding, 31, now=3.0) is Room.REFUSED  # more than the cap beside nothing cut
-    assert ledger.reserve(deciding, 30, now=3.0) is Room.WAIT  # the cut body is still being let go of
+    assert ledger.claim(deciding, 31, now=3.0) is Room.REFUSED  # more than the cap beside nothing cut
+    assert ledger.claim(deciding, 30, now=3.0) is Room.WAIT  # the cut body is still being let go of
     assert ledger.total == 70
 
 

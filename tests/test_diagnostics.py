@@ -22,14 +22,14 @@ from extender.cli import main as cli_main
 from extender.diagnose import PodNameError, split_pod_name
 from extender.diagnostics import (
     NodeHolds,
-    StateReportError,
+    StateDocumentError,
     format_bytes,
     holds_per_node,
     node_rows,
-    parse_state_report,
+    parse_state_document,
     pool_totals,
     render_node_rows,
-    state_report,
+    state_document,
     with_holds,
 )
 from extender.explain import explain, render_table
@@ -79,7 +79,7 @@ def test_state_document_round_trips_and_holds_no_pod_identity() -> None:
         exempt_namespaces=frozenset({"hugepage-extender"}),
     )
     holds = holds_per_node({"uid-secret-pod": Hold(("n1",), GI, 250, 9.0)})
-    document = state_report(
+    document = state_document(
         resource_name="hugepages-2Mi",
         ready=True,
         namespace="vms",
@@ -90,7 +90,7 @@ def test_state_document_round_trips_and_holds_no_pod_identity() -> None:
     )
     body = json.dumps(document).encode()
     assert b"uid-secret-pod" not in body
-    state = parse_state_report(body)
+    state = parse_state_document(body)
     assert state.policy == Policy(mode=Mode.ENFORCE, need_from_memory=True)
     assert state.holds == {"n1": NodeHolds(GI, 250, 1)}
     assert state.placement == placement
@@ -110,10 +110,10 @@ def test_state_document_round_trips_and_holds_no_pod_identity() -> None:
         "sizes",
     ]
     assert state.resource_names == ("hugepages-2Mi",)
-    with pytest.raises(StateReportError, match="version 2"):
-        parse_state_report(json.dumps({**document, "version": 2}).encode())
-    with pytest.raises(StateReportError):
-        parse_state_report(b"<html>not json</html>")
+    with pytest.raises(StateDocumentError, match="version 2"):
+        parse_state_document(json.dumps({**document, "version": 2}).encode())
+    with pytest.raises(StateDocumentError):
+        parse_state_document(b"<html>not json</html>")
 
 
 def test_pool_totals_count_in_flight_only_up_to_what_a_pool_has_left() -> None:
@@ -240,14 +240,14 @@ async def test_state_shows_holds_policy_and_not_the_pod(aiohttp_client: ClientFa
     body = await response.read()
     assert b"uid-web-0" not in body
     assert b"web-0" not in body
-    state = parse_state_report(body)
+    state = parse_state_document(body)
     assert state.holds == {"roomy": NodeHolds(GI, 1000, 1), "full": NodeHolds()}
     assert state.policy.need_from_memory
     assert state.ready
 
     # The pod's own hold is left out when it asks about itself.
     mine = await client.get("/debug/state", params={"namespace": "default", "excludePod": "uid-web-0"})
-    assert parse_state_report(await mine.read()).holds == {}
+    assert parse_state_document(await mine.read()).holds == {}
     too_many = await client.get("/debug/state", params={"nodes": ",".join(f"n{i}" for i in range(101))})
     assert too_many.status == 400
 

@@ -16,7 +16,7 @@ from extender.capacity import Fit, fits
 from extender.cluster import ClusterState
 from extender.config import build_config
 from extender.decision import filter_nodes
-from extender.diagnostics import parse_state_report
+from extender.diagnostics import parse_state_document
 from extender.explain import explain, render_table
 from extender.handlers import Extender
 from extender.metrics import Metrics
@@ -315,13 +315,13 @@ async def test_the_state_endpoint_carries_the_records_as_the_namespace_judges_th
     apply(state, "kubelet-reserved", report_json(age=10, pods=None, outside=None))  # outside unknown: left out
     config = build_config({"namespaces": {"strict": {"nodeReportMaxAgeSeconds": 60}}}, {})
     client = await aiohttp_client(create_app(Extender(config, state, Metrics(), rng=random.Random(1))))
-    default = parse_state_report(await (await client.get("/debug/state")).read())
+    default = parse_state_document(await (await client.get("/debug/state")).read())
     assert default.node_reports is not None
     assert set(default.node_reports) == {"a"}
     report = default.node_reports["a"]
     assert (report.outside_pods_bytes, report.stale) == (64 * PAGE, False)
     assert report.age_seconds is not None
     assert report.age_seconds == pytest.approx(120, abs=1)
-    strict = parse_state_report(await (await client.get("/debug/state", params={"namespace": "strict"})).read())
+    strict = parse_state_document(await (await client.get("/debug/state", params={"namespace": "strict"})).read())
     assert strict.node_reports is not None
     assert strict.node_reports["a"].stale  # 120 s is past this namespace's 60 s

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient
 
 from extender.cluster import ClusterState
 from extender.config import FILE_KEYS, ConfigError, build_config
-from extender.diagnostics import StateReportError, parse_state_report
+from extender.diagnostics import StateDocumentError, parse_state_document
 from extender.handlers import Extender
 from extender.metrics import Metrics
 from extender.policy import POLICY_FIELDS, POLICY_KEYS, Mode, Policy, policy_document, policy_from_document
@@ -61,7 +61,7 @@ async def test_each_knob_reads_back_from_the_state_endpoint(aiohttp_client: Clie
     assert raw["policy"][key] == yaml_value(value)
     assert set(raw["policy"]) == set(POLICY_KEYS.values())
     assert set(raw["placement"]["defaults"]) == set(POLICY_KEYS.values())
-    read = parse_state_report(body)
+    read = parse_state_document(body)
     assert read.policy == config.policy_for("ns")
     assert getattr(read.policy, name) == value
     assert read.placement == config.placement
@@ -94,8 +94,8 @@ def test_a_document_with_a_knob_out_of_bounds_is_refused() -> None:
         "inFlight": {},
         "placement": {"defaults": {}, "namespaces": {}, "exemptNamespaces": []},
     }
-    with pytest.raises(StateReportError, match="sampleSize"):
-        parse_state_report(msgspec.json.encode(state))
+    with pytest.raises(StateDocumentError, match="sampleSize"):
+        parse_state_document(msgspec.json.encode(state))
     with pytest.raises(ConfigError, match=r"namespaces\.ns\.nodeReportMaxAgeSeconds"):
         build_config({"namespaces": {"ns": {"nodeReportMaxAgeSeconds": 0}}}, {})
 

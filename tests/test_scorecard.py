@@ -59,7 +59,7 @@ def test_each_cell_from_a_verdict_and_what_the_watch_then_shows() -> None:
     clock.now += 1
     assert sorted(card.tick()) == [("payments", "predicted_ran"), ("payments", "ran_as_predicted")]
     assert card.followed == 0
-    row = card.report("payments")["namespaces"]["payments"]
+    row = card.document("payments")["namespaces"]["payments"]
     assert row["window"] == {**dict.fromkeys(ENDS, 0), **dict.fromkeys(CELLS, 1), "deleted": 1}
     assert (row["precision"], row["recall"]) == (0.5, 0.5)
     story = row["pods"]["predicted_failed"][0]
@@ -123,11 +123,11 @@ def test_namespaces_not_named_fold_into_other_and_a_failed_bind_is_not_counted()
         card.judged(f"u{i}", f"team-{i}", "p", "n1", ADMIT)
         card.seen(f"u{i}", FAILED)
     assert set(card.rows) == {"payments", "vms", "_other"}
-    assert card.report()["namespaces"]["_other"]["total"]["failed_unpredicted"] == 100
+    assert card.document()["namespaces"]["_other"]["total"]["failed_unpredicted"] == 100
     card.judged("x", "payments", "x", "n1", REJECT)
     card.forget("x")
     assert card.seen("x", FAILED) == []
-    assert card.report("payments")["namespaces"]["payments"]["total"] == dict.fromkeys(ENDS, 0)
+    assert card.document("payments")["namespaces"]["payments"]["total"] == dict.fromkeys(ENDS, 0)
 
 
 def test_pods_without_an_outcome_expire_after_the_window_and_leave_the_window_counts() -> None:
@@ -138,7 +138,7 @@ def test_pods_without_an_outcome_expire_after_the_window_and_leave_the_window_co
     card.seen("done", FAILED)
     clock.now += WINDOW
     assert card.tick() == [("payments", "expired")]
-    row = card.report()["namespaces"]["payments"]
+    row = card.document()["namespaces"]["payments"]
     assert (row["window"]["expired"], row["window"]["predicted_failed"]) == (1, 0)  # the failure is past the window
     assert (row["total"]["expired"], row["total"]["predicted_failed"]) == (1, 1)
     assert row["precision"] is None
@@ -160,7 +160,7 @@ def test_a_cells_stories_keep_the_last_few_newest_first() -> None:
     for i in range(STORIES_PER_CELL + 3):
         card.judged(f"u{i}", "payments", f"p{i}", "n1", REJECT)
         card.seen(f"u{i}", FAILED)
-    stories = card.report()["namespaces"]["payments"]["pods"]["predicted_failed"]
+    stories = card.document()["namespaces"]["payments"]["pods"]["predicted_failed"]
     assert [s["pod"] for s in stories] == [f"payments/p{i}" for i in range(STORIES_PER_CELL + 2, 2, -1)]
 
 
@@ -196,7 +196,7 @@ def test_every_pod_is_counted_once_in_the_cell_its_verdict_and_outcome_make(seed
     ended += card.tick()
     assert card.followed == 0
     assert len(ended) == 2000
-    assert card.report()["namespaces"]["payments"]["total"] == expected
+    assert card.document()["namespaces"]["payments"]["total"] == expected
     assert {cell: sum(1 for _, c in ended if c == cell) for cell in ENDS} == expected
 
 
@@ -227,7 +227,7 @@ def test_the_extender_judges_a_pod_first_shown_bound_against_the_pool_without_it
 
     placed("first", phase="Running", conditions=[{"type": "Ready", "status": "True"}])
     placed("second", phase="Failed", reason="OutOfhugepages-2Mi")
-    report = extender.scorecard.report("team")["namespaces"]["team"]
+    report = extender.scorecard.document("team")["namespaces"]["team"]
     first, second = report["pods"]["ran_as_predicted"][0], report["pods"]["predicted_failed"][0]
     assert (first["pod"], first["verdict"], first["judgedBy"]) == ("team/first", "would admit", "watch")
     assert second["pod"] == "team/second"

@@ -16,7 +16,7 @@ from extender.answer import Outcome, Reasons
 from extender.capacity import Fit
 from extender.cluster import ClusterState
 from extender.config import ConfigError, build_config
-from extender.diagnostics import node_rows, parse_state_report, render_node_rows
+from extender.diagnostics import node_rows, parse_state_document, render_node_rows
 from extender.explain import explain_pod, render_table
 from extender.handlers import Extender
 from extender.kube.events import event_for
@@ -300,7 +300,7 @@ async def test_debug_state_and_the_pool_metrics_name_every_size(aiohttp_client: 
         "/filter", json={"Pod": msgspec.to_builtins(pod("p", small="4Mi", large="1Gi")), "NodeNames": ["both"]}
     )
     assert (await answer.json())["NodeNames"] == ["both"]
-    read = parse_state_report(await (await client.get("/debug/state")).read())
+    read = parse_state_document(await (await client.get("/debug/state")).read())
     assert read.resource_names == ("hugepages-2Mi", "hugepages-1Gi")
     assert read.holds_by_size["hugepages-2Mi"]["both"].hugepage_bytes == 4 * MIB
     assert read.holds_by_size["hugepages-1Gi"]["both"].hugepage_bytes == GIB

@@ -23,7 +23,7 @@ frozen values; ``probe`` reads the files. The arithmetic the record rests on:
   whereas a sum over processes would count a shared file once per process);
 - pages held outside pods = committed - pods' pages, floored at 0. The files are not read
   at one instant: where pages moved during a read, ``probe`` combines its readings with
-  ``more_committed`` and ``fewer_pod_pages``, so that the pages outside pods err high.
+  ``most_committed`` and ``fewer_pod_pages``, so that the pages outside pods err high.
 """
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ def fewer_pod_pages(
     return fewer
 
 
-def more_committed(first: Mapping[int, KernelPool], second: Mapping[int, KernelPool]) -> dict[int, KernelPool]:
+def most_committed(first: Mapping[int, KernelPool], second: Mapping[int, KernelPool]) -> dict[int, KernelPool]:
     """Per page size (or NUMA node), the reading with more pages committed; a key only one reading
     has is taken from it."""
     return {
@@ -283,11 +283,11 @@ def more_committed(first: Mapping[int, KernelPool], second: Mapping[int, KernelP
     }
 
 
-def more_committed_per_numa_node(
+def most_committed_per_numa_node(
     first: Mapping[int, Mapping[int, KernelPool]], second: Mapping[int, Mapping[int, KernelPool]]
 ) -> dict[int, dict[int, KernelPool]]:
-    """``more_committed`` for each page size's NUMA nodes."""
-    return {size: more_committed(first.get(size, {}), second.get(size, {})) for size in first.keys() | second.keys()}
+    """``most_committed`` for each page size's NUMA nodes."""
+    return {size: most_committed(first.get(size, {}), second.get(size, {})) for size in first.keys() | second.keys()}
 
 
 def pages_of(nbytes: int, page_size: int) -> int:

@@ -27,8 +27,8 @@ from extender.nodeagent.counters import (
     fewer_pod_pages,
     hugetlb_bytes_of_status,
     hugetlbfs_mounts,
-    more_committed,
-    more_committed_per_numa_node,
+    most_committed,
+    most_committed_per_numa_node,
     numa_node_of_dir,
     page_size_of_dir,
     pages_of,
@@ -232,8 +232,26 @@ def _processes_pages(proc: Path, size: int | None) -> dict[str, dict[int, int]]:
     return found
 
 
-def pod_pages(roots: Roots, sizes: list[int]) -> tuple[Source, dict[int, PodPages] | None]:
-    """The pods' pages per page size, and where they were read."""
+PodsReading = tuple[Source, dict[int, PodPages] | None]  # where the pods' pages were read, and per page size
+
+
+def pod_pages(roots: Roots, sizes: list[int]) -> PodsReading:
+    """The pods' pages per page size, and where they were read: the first source that answers of the
+    hugetlb controller under cgroup v2, under cgroup v1, and the pods' hugetlbfs emptyDirs."""
+    found = _cgroup_v2_pages(roots, sizes)
+    if found is not None:
+        return Source.CGROUP_V2, found
+    found = _cgroup_v1_pages(roots, sizes)
+    if found is not None:
+        return Source.CGROUP_V1, found
+    found = _emptydir_pages(roots, sizes)
+    if found is not None:
+        return Source.HUGETLBFS_EMPTYDIR, found
+    return Source.NONE, None
+
+
+def _cgroup_v2_pages(roots: Roots, sizes: list[int]) -> dict[int, PodPages] | None:
+    """The pods' pages the hugetlb controller counts on the first cgroup v2 tree holding the pods."""
     for tree in _v2_trees(roots.cgroup):
         kubepods = _kubepods(tree, roots.kubepods)
         if kubepods is None:
@@ -246,37 +264,46 @@ def pod_pages(roots: Roots, sizes: list[int]) -> tuple[Source, dict[int, PodPage
             _numa_stats(kubepods),
         )
         if found is not None:
-            return Source.CGROUP_V2, found
+            return found
+    return None
+
+
+def _cgroup_v1_pages(roots: Roots, sizes: list[int]) -> dict[int, PodPages] | None:
+    """The pods' pages the cgroup v1 hugetlb hierarchy counts."""
     kubepods = _kubepods(roots.cgroup / "hugetlb", roots.kubepods)
-    if kubepods is not None:
-        found = _cgroup_pages(
-            kubepods,
-            sizes,
-            "usage_in_bytes",
-            "rsvd.usage_in_bytes",
-            _numa_stats(kubepods),
-        )
-        if found is not None:
-            return Source.CGROUP_V1, found
+    if kubepods is None:
+        return None
+    return _cgroup_pages(
+        kubepods,
+        sizes,
+        "usage_in_bytes",
+        "rsvd.usage_in_bytes",
+        _numa_stats(kubepods),
+    )
+
+
+def _emptydir_pages(roots: Roots, sizes: list[int]) -> dict[int, PodPages] | None:
+    """The pods' pages in the files of their hugetlbfs emptyDirs and mapped by their processes, with
+    no hugetlb controller to count them; None when the mounts cannot be read."""
     mountinfo = _read(roots.mountinfo)
     pods_dir = roots.kubelet / "pods"
-    if mountinfo is not None and pods_dir.is_dir():
-        try:
-            mounts = hugetlbfs_mounts(mountinfo, str(pods_dir))
-        except CounterError as error:
-            log.warning("%s: %s", roots.mountinfo, error)
-        else:
-            files: dict[str, dict[int, int]] = {}
-            seen: set[tuple[int, int]] = set()  # across mounts: a bind mount shows the same files
-            for mount in mounts:
-                uid = pod_uid_of_emptydir(mount.mount_point, str(pods_dir)) or mount.mount_point
-                own = files.setdefault(uid, {})
-                pages = emptydir_pod_pages(_file_blocks(Path(mount.mount_point), seen), mount.page_size)
-                own[mount.page_size] = own.get(mount.page_size, 0) + pages
-            processes = _processes_pages(roots.proc, size_of_process_pages(_sizes_with_a_pool(roots.sysfs)))
-            per_size = pods_pages(files, processes)
-            return Source.HUGETLBFS_EMPTYDIR, {size: PodPages(per_size.get(size, 0)) for size in sizes}
-    return Source.NONE, None
+    if mountinfo is None or not pods_dir.is_dir():
+        return None
+    try:
+        mounts = hugetlbfs_mounts(mountinfo, str(pods_dir))
+    except CounterError as error:
+        log.warning("%s: %s", roots.mountinfo, error)
+        return None
+    files: dict[str, dict[int, int]] = {}
+    seen: set[tuple[int, int]] = set()  # across mounts: a bind mount shows the same files
+    for mount in mounts:
+        uid = pod_uid_of_emptydir(mount.mount_point, str(pods_dir)) or mount.mount_point
+        own = files.setdefault(uid, {})
+        pages = emptydir_pod_pages(_file_blocks(Path(mount.mount_point), seen), mount.page_size)
+        own[mount.page_size] = own.get(mount.page_size, 0) + pages
+    processes = _processes_pages(roots.proc, size_of_process_pages(_sizes_with_a_pool(roots.sysfs)))
+    per_size = pods_pages(files, processes)
+    return {size: PodPages(per_size.get(size, 0)) for size in sizes}
 
 
 def page_sizes(sysfs: Path) -> list[int]:
@@ -291,6 +318,24 @@ READ_PASSES = 4
 KernelReading = tuple[dict[int, KernelPool], dict[int, dict[int, KernelPool]]]  # the machine's, per NUMA node
 
 
+def _settled_reading(roots: Roots) -> tuple[KernelReading, PodsReading]:
+    """The kernel's pools and the pods' pages, read until nothing moved, else combined from every
+    reading towards too many pages outside pods (``read_record``)."""
+    sizes = page_sizes(roots.sysfs)
+    pods = [pod_pages(roots, sizes)]
+    kernel: list[KernelReading] = []
+    for _ in range(READ_PASSES):
+        kernel.append((kernel_pools(roots.sysfs), numa_pools(roots.sysfs)))
+        pods.append(pod_pages(roots, sizes))
+        if len(kernel) >= 2 and kernel[-1] == kernel[-2] and pods[-1] == pods[-2] == pods[-3]:
+            return kernel[-1], pods[-1]
+    pools = reduce(most_committed, (pools for pools, _ in kernel))
+    per_numa = reduce(most_committed_per_numa_node, (per_numa for _, per_numa in kernel))
+    source = pods[-1][0]  # a source that changed meanwhile (the controller turned on): the last one's readings
+    pods_now = reduce(fewer_pod_pages, (found for read_from, found in pods if read_from == source))
+    return (pools, per_numa), (source, pods_now)
+
+
 def read_record(node: str, roots: Roots, now: Callable[[], dt.datetime] | None = None) -> NodeRecord:
     """The record of this node now.
 
@@ -303,20 +348,7 @@ def read_record(node: str, roots: Roots, now: Callable[[], dt.datetime] | None =
     record is that instant's. When pages kept moving, the record takes the most pages committed of
     any kernel reading and the fewest pods' pages of any pods' reading: too many pages outside pods
     until the next read, never too few unless every reading was torn the same way."""
-    sizes = page_sizes(roots.sysfs)
-    pods = [pod_pages(roots, sizes)]
-    kernel: list[KernelReading] = []
-    for _ in range(READ_PASSES):
-        kernel.append((kernel_pools(roots.sysfs), numa_pools(roots.sysfs)))
-        pods.append(pod_pages(roots, sizes))
-        if len(kernel) >= 2 and kernel[-1] == kernel[-2] and pods[-1] == pods[-2] == pods[-3]:
-            (pools, per_numa), (source, pods_now) = kernel[-1], pods[-1]
-            break
-    else:
-        pools = reduce(more_committed, (pools for pools, _ in kernel))
-        per_numa = reduce(more_committed_per_numa_node, (per_numa for _, per_numa in kernel))
-        source = pods[-1][0]  # a source that changed meanwhile (the controller turned on): the last one's readings
-        pods_now = reduce(fewer_pod_pages, (found for read_from, found in pods if read_from == source))
+    (pools, per_numa), (source, pods_now) = _settled_reading(roots)
     reports = {
         resource_name(size): size_report(pool, per_numa.get(size, {}), None if pods_now is None else pods_now.get(size))
         for size, pool in pools.items()

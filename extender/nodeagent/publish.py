@@ -179,6 +179,6 @@ def run(
 def _summary(record: NodeRecord) -> str:
     parts = [
         f"{name} total={s.figures.total_pages} outside={s.figures.outside_pages}"
-        for name, s in sorted(record.sizes.items())
+        for name, s in sorted(record.size_reports.items())
     ]
     return f"source={record.source.value} " + (", ".join(parts) or "no pools")

@@ -26,13 +26,13 @@ class NodeRecord:
     node: str
     observed_at: dt.datetime
     source: Source
-    sizes: Mapping[str, SizeReport]  # by resource name: hugepages-2Mi, hugepages-1Gi
+    size_reports: Mapping[str, SizeReport]  # one per page size, by resource name: hugepages-2Mi, hugepages-1Gi
 
     def report_json(self) -> dict[str, object]:
         return {
             "observedAt": rfc3339(self.observed_at),
             "source": self.source.value,
-            "pageSizes": {name: size.as_json() for name, size in sorted(self.sizes.items())},
+            "pageSizes": {name: size.as_json() for name, size in sorted(self.size_reports.items())},
         }
 
     def as_json(self) -> dict[str, object]:
@@ -49,7 +49,7 @@ class NodeRecord:
                 size.figures.outside_pages,
                 tuple((n, f.total_pages, f.free_pages, f.outside_pages) for n, f in sorted(size.numa.items())),
             )
-            for name, size in sorted(self.sizes.items())
+            for name, size in sorted(self.size_reports.items())
         )
 
     def api_object(self) -> dict[str, object]:

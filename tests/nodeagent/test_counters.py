@@ -15,8 +15,8 @@ from extender.nodeagent.counters import (
     fewer_pod_pages,
     hugetlb_bytes_of_status,
     hugetlbfs_mounts,
-    more_committed,
-    more_committed_per_numa_node,
+    most_committed,
+    most_committed_per_numa_node,
     page_size_of_dir,
     parse_count,
     parse_node_list,
@@ -191,12 +191,12 @@ def test_fewer_pod_pages_keeps_the_smaller_reading_per_size_and_numa_node() -> N
 def test_more_committed_keeps_the_reading_with_more_pages_committed() -> None:
     first = {2 * MiB: KernelPool(64, 40, 0, 0), GiB: KernelPool(4, 1, 0, 0)}
     second = {2 * MiB: KernelPool(64, 48, 0, 16), 64 * 1024: KernelPool(8, 8, 0, 0)}
-    assert more_committed(first, second) == {
+    assert most_committed(first, second) == {
         2 * MiB: KernelPool(64, 48, 0, 16),  # 64 - 48 + 16 = 32 > 24
         GiB: KernelPool(4, 1, 0, 0),
         64 * 1024: KernelPool(8, 8, 0, 0),
     }
-    numa = more_committed_per_numa_node(
+    numa = most_committed_per_numa_node(
         {2 * MiB: {0: KernelPool(32, 10, 0), 1: KernelPool(32, 32, 0)}},
         {2 * MiB: {0: KernelPool(32, 20, 0), 1: KernelPool(32, 30, 0)}},
     )

@@ -300,7 +300,7 @@ def test_a_kubelet_with_its_own_cgroup_root(tmp_path: Path) -> None:
     )
     found = read_record("node-a", roots, now=lambda: NOW)
     assert found.source.value == "cgroup-v2"
-    assert found.sizes["hugepages-2Mi"].figures.outside_pages == 4  # 24 - 20
+    assert found.size_reports["hugepages-2Mi"].figures.outside_pages == 4  # 24 - 20
     assert record(tmp_path)["source"] == "none"  # not found where the kubelet puts them by default
 
 

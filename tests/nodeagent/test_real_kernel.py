@@ -148,12 +148,12 @@ class Published:
                         return at - since
             time.sleep(0.02)
         with self._lock:
-            last = self.records[-1][1].sizes.get(RESOURCE) if self.records else None
+            last = self.records[-1][1].size_reports.get(RESOURCE) if self.records else None
         raise AssertionError(f"no record with {what} within {timeout}s; last 2Mi figures: {last}")
 
 
 def figures(record: NodeRecord) -> tuple[int | None, int | None]:
-    size = record.sizes[RESOURCE].figures
+    size = record.size_reports[RESOURCE].figures
     return size.outside_pages, size.pod_pages
 
 
@@ -307,12 +307,12 @@ def test_a_hugetlbfs_file_counts_once_whatever_its_names_or_mounts(tmp_path: Pat
                 page[0] = 1  # the page is the file's now, mapped or not
         finally:
             os.close(fd)
-        one = read_record("node-a", roots).sizes[RESOURCE].figures
+        one = read_record("node-a", roots).size_reports[RESOURCE].figures
         for i in range(410):
             os.link(emptydir / "rtemap_0", emptydir / f"link_{i}")
         with mounted(str(emptydir), other, "--bind"):
             assert len(list(other.iterdir())) == 411
-            many = read_record("node-a", roots).sizes[RESOURCE].figures
+            many = read_record("node-a", roots).size_reports[RESOURCE].figures
         outside.close()
     assert one.pod_pages == 1, one
     assert one.outside_pages is not None

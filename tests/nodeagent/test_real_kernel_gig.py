@@ -80,7 +80,7 @@ def sized_gig_pool(extra: int) -> Iterator[int]:
 
 def gig(record: NodeRecord) -> tuple[int, int | None, int | None]:
     """(pool, outside pods, pods) of the 1 GiB size, in pages."""
-    figures = record.sizes[RESOURCE].figures
+    figures = record.size_reports[RESOURCE].figures
     return figures.total_pages, figures.outside_pages, figures.pod_pages
 
 
