@@ -30,6 +30,7 @@ import msgspec
 from extender.objects import Pod
 from extender.podrequest import PodDemand
 from extender.reach import PodReach, pod_reach
+from extender.waiting import Waiting
 
 GATE = "hugepage-extender.io/room"
 # A lift sent and not yet shown by the watch is not sent again before this (the API write failed,
@@ -81,6 +82,7 @@ class GatedPods:
 
     def __init__(self) -> None:
         self._pods: dict[str, tuple[int, GatedPod]] = {}  # uid -> (arrival, pod)
+        self._since: dict[str, float] = {}  # uid -> when the watch first showed it gated
         self._arrivals = 0
         self._sent: dict[str, float] = {}  # uid -> when its lift was sent
         self.arrived = False  # a pod came behind the gate since the last round
@@ -91,19 +93,21 @@ class GatedPods:
     def uids(self) -> Iterator[str]:
         return iter(self._pods)
 
-    def seen(self, uid: str, pod: GatedPod | None) -> None:
+    def seen(self, uid: str, pod: GatedPod | None, now: float) -> None:
         """A watch event: the pod behind the gate, or ``None`` (lifted, bound, ended, deleted)."""
         if pod is None:
             self._pods.pop(uid, None)
             self._sent.pop(uid, None)
+            self._since.pop(uid, None)
             return
         known = self._pods.get(uid)
         if known is None:
             self._arrivals += 1
             self.arrived = True
+            self._since[uid] = now
         self._pods[uid] = (known[0] if known else self._arrivals, pod)
 
-    def replace(self, pods: Iterable[GatedPod]) -> None:
+    def replace(self, pods: Iterable[GatedPod], now: float) -> None:
         """A fresh list: the pods behind the gate now (arrival kept for those already known)."""
         known, self._pods = self._pods, {}
         for pod in pods:
@@ -111,8 +115,16 @@ class GatedPods:
             if entry is None:
                 self._arrivals += 1
                 self.arrived = True
+                self._since[pod.uid] = now
             self._pods[pod.uid] = (entry[0] if entry else self._arrivals, pod)
         self._sent = {uid: at for uid, at in self._sent.items() if uid in self._pods}
+        self._since = {uid: at for uid, at in self._since.items() if uid in self._pods}
+
+    def summary(self, now: float) -> Waiting:
+        """The pods behind the gate, and how long the first of them has waited: pods Pending for hugepages."""
+        if not self._since:
+            return Waiting(0, 0.0)
+        return Waiting(len(self._since), max(0.0, now - min(self._since.values())))
 
     def in_order(self, now: float) -> Iterator[GatedPod]:
         """The pods to consider lifting, highest priority first, then first created (then first seen),

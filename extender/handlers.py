@@ -38,7 +38,7 @@ from extender.responses import JSON, answer
 from extender.scorecard import Scorecard
 from extender.scrape import MetricsPage
 from extender.verbs import BindResult, ExtenderVerbs
-from extender.waiting import WaitingPods
+from extender.waiting import Waiting, WaitingPods
 from extender.wire import (
     drop_recent_candidates,
     parse_binding_args,
@@ -301,6 +301,16 @@ class Extender:
                 stale=view.state is ReportState.STALE,
             )
         return reports
+
+    def waiting_summary(self) -> Waiting:
+        """The enforced pods Pending for hugepages: those the filter turned away that the watch still shows
+        waiting, and those behind the extender's scheduling gate (never filtered while gated)."""
+        now = time.monotonic()
+        turned_away = self.waiting.summary(now, lambda uid: self.state.owner_of(uid) is not None)
+        if self.gated is None:
+            return turned_away
+        gated = self.gated.summary(now)
+        return Waiting(turned_away.count + gated.count, max(turned_away.oldest_seconds, gated.oldest_seconds))
 
     def release_due(self, now: float) -> bool:
         """End what is past its time; whether to nudge the scheduler now (``extender.nudge``)."""

@@ -247,12 +247,13 @@ class Metrics:
         self.waiting_pods = Gauge(
             "hugepage_extender_waiting_pods",
             "Enforced pods the watch shows Pending whose latest filter call admitted no node (Pending for hugepages),"
-            " asked about in the last 10 minutes.",
+            " asked about in the last 10 minutes, and pods behind the extender's scheduling gate.",
             registry=r,
         )
         self.waiting_oldest = Gauge(
             "hugepage_extender_waiting_pod_max_age_seconds",
-            "How long the longest-waiting of those pods has waited since its first filter call that admitted no node.",
+            "How long the longest-waiting of those pods has waited since its first filter call that admitted no node"
+            " (a gated pod: since the watch first showed it gated).",
             registry=r,
         )
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}

@@ -5,8 +5,6 @@ answers, ``verbcalls``'; the ports' limits ``limits``'; their start and drain ``
 
 from __future__ import annotations
 
-import time
-
 from aiohttp import web
 
 from extender.handlers import BUFFERS, EXTENDER, Extender
@@ -25,9 +23,7 @@ def create_app(extender: Extender) -> web.Application:
     extender.metrics.watch_pools(
         {size.resource_name: (lambda size=size: size.accounts.values()) for size in extender.state.sizes}  # type: ignore[misc]
     )
-    extender.metrics.watch_waiting(
-        lambda: extender.waiting.summary(time.monotonic(), lambda uid: extender.state.owner_of(uid) is not None)
-    )
+    extender.metrics.watch_waiting(extender.waiting_summary)
     for verb, handler in (("filter", extender.filter), ("prioritize", extender.prioritize), ("bind", extender.bind)):
         app.router.add_post(
             f"/{verb}", verb_call(verb, handler, extender.metrics, max_bytes, begun, done=extender.done_with)

@@ -154,3 +154,16 @@ def test_a_round_is_bounded_and_the_next_tick_goes_on() -> None:
     assert len(lifts.sent) == LIFTS_PER_ROUND
     tick(extender)
     assert lifts.sent == [f"p{i:02}" for i in range(LIFTS_PER_ROUND + 8)]
+
+
+def test_pods_behind_the_gate_count_as_waiting_from_when_the_watch_showed_them() -> None:
+    state = make_state(CONFIG, [make_node("a", hugepages="1Gi")])
+    extender, informer, _ = watched(state)
+    assert extender.waiting_summary().count == 0
+    show(informer, gated("big", "2Gi"), gated("bigger", "4Gi"))
+    tick(extender)
+    waiting = extender.waiting_summary()
+    assert waiting.count == 2
+    assert 0 <= waiting.oldest_seconds < 5
+    informer._pod_deleted(informer._pod_record(gated("big", "2Gi")))
+    assert extender.waiting_summary().count == 1

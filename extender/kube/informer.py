@@ -250,19 +250,19 @@ class ClusterInformer:
 
     def _pods_listed(self, records: list[PodRecord]) -> None:
         if self.gated is not None:
-            self.gated.replace(record.gated for record in records if record.gated is not None)
+            self.gated.replace((record.gated for record in records if record.gated is not None), self._clock())
         self._state.replace_pods(records)
         self._mark_synced("pods")
 
     def _pod_upserted(self, record: PodRecord) -> None:
         if self.gated is not None:
-            self.gated.seen(record.uid, record.gated)
+            self.gated.seen(record.uid, record.gated, self._clock())
         self._tell(record, False)
         self._state.apply_pod_record(record)
 
     def _pod_deleted(self, record: PodRecord) -> None:
         if self.gated is not None:
-            self.gated.seen(record.uid, None)
+            self.gated.seen(record.uid, None, self._clock())
         self._tell(record, True)
         self._state.remove_pod(record.uid)
 
