@@ -22,6 +22,7 @@ from extender.config import Config, page_size_of
 from extender.diagnostics import ExtenderState, NodeRow, node_rows
 from extender.errors import ExtenderError
 from extender.explain import Explanation, explain_pod
+from extender.gates import GATE, gate_index
 from extender.kube.live import LiveCluster, LivePod, extender_url_of_service, read_cluster, read_pod
 from extender.remote import RemoteExtender
 
@@ -65,6 +66,8 @@ def live_explanation(
     names = _candidates(live, live_pod, nodes, sources)
     if pod.spec.node_name:
         sources["pod"] = f"already bound to {pod.spec.node_name} (not counted there below)"
+    elif gate_index(pod) is not None:
+        sources["pod"] = f"behind the scheduling gate {GATE}: lifted by the extender once a node it may use has room"
     sources.update(_decider_sources(remote, extender, state.accounts if names is None else names, config_source))
     holds = remote.holds_by_size if remote is not None else None
     return explain_pod(state, pod, names, holds=holds, sources=sources)

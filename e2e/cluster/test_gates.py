@@ -17,6 +17,8 @@ from e2e.cluster.placement_support import Cell, assert_stays_pending, metric_val
 from e2e.cluster.test_fail_closed import applied, helm_template, unique
 from e2e.cluster.test_node_agent import token_client
 from e2e.controlplane import ControlPlane, pod_manifest, wait_until
+from extender.config import build_config
+from extender.diagnose import live_explanation
 from extender.gates import GATE, GatedPod
 from extender.kube.gatelift import GateWriter
 from extender.metrics import Metrics
@@ -55,6 +57,11 @@ def test_gated_pods_wait_outside_the_queue_and_are_lifted_as_room_frees(cell: Ce
     # No room: none lifted, and the scheduler never asked about them.
     assert {name: gates_of(cell, name) for name in names} == {name: [GATE] for name in names}
     assert filter_calls(extender) == 0
+    # "Why is it Pending?": explain says the gate, and what the filter would say (no node has room).
+    config = build_config({"namespaces": {cell.namespace: {"mode": "enforce"}}}, {})
+    explained = live_explanation(cell.plane.api_client, cell.namespace, "first", config=config, nodes=[node])
+    assert GATE in explained.sources["pod"]
+    assert [row.free_pages for row in explained.nodes] == [0]
 
     reserve_pages(cell.core, node, "512Mi")  # 514Mi free: the oldest gated pod gets a slot
     assert cell.plane.wait_for_pod_bound(cell.namespace, "first", timeout=WITHIN) == node
