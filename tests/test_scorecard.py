@@ -378,14 +378,12 @@ def test_the_extender_judges_a_pod_first_shown_bound_against_the_pool_without_it
     assert second["pod"] == "team/second"
     assert second["verdict"].startswith("would reject: Insufficient hugepages-2Mi")
     assert second["outcome"] == "failed: OutOfhugepages-2Mi"
-    samples = {
-        s.labels["cell"]: s.value
-        for family in extender.metrics.registry.collect()
-        if family.name == "hugepage_extender_shadow_outcomes"
-        for s in family.samples
-        if s.name.endswith("_total") and s.labels["pod_namespace"] == "team"
+    assert _outcomes(extender) == {
+        "predicted_failed": 1,
+        "predicted_ran": 0,
+        "failed_unpredicted": 0,
+        "ran_as_predicted": 1,
     }
-    assert samples == {"predicted_failed": 1, "predicted_ran": 0, "failed_unpredicted": 0, "ran_as_predicted": 1}
 
 
 def _with(pod: Pod, **status: Any) -> Pod:
@@ -394,3 +392,45 @@ def _with(pod: Pod, **status: Any) -> Pod:
     document["spec"]["nodeName"] = "a"
     document["status"] = status
     return msgspec.json.decode(msgspec.json.encode(document), type=Pod)
+
+
+def test_the_extenders_counter_moves_only_once_a_pods_cell_is_final() -> None:
+    """A burst of two on one node whose pool holds one: shadow says the second would be turned away, the
+    first fails, the second runs. The miss waits uncounted while the second may still be its partner;
+    the pair then counts as a foreseen failure and a pod that ran as predicted."""
+    config = build_config({"shadowSettleSeconds": 0, "namespaces": {"team": {"mode": "shadow"}}}, {})
+    state = ClusterState(config)
+    state.replace([make_node("a", hugepages="512Mi")], [])
+    extender = Extender(config, state, Metrics())
+
+    def seen(pod: Pod) -> None:
+        record = state.with_signal(state.pod_record(pod), pod)
+        extender.pod_seen(record, False)
+        state.apply_pod_record(record)
+
+    pods = {}
+    for name in ("first", "second"):
+        pods[name] = waiting = make_pod(name, "team", hugepages="512Mi")
+        state.apply_pod(waiting)
+        extender.verbs.filter_pod(waiting, ["a"])
+        seen(_with(waiting, phase="Running"))
+    seen(_with(pods["first"], phase="Failed", reason="OutOfhugepages-2Mi"))
+    assert _outcomes(extender) == dict.fromkeys(CELLS, 0)
+    assert extender.scorecard.report("team")["namespaces"]["team"]["awaiting"] == 2
+    seen(_with(pods["second"], phase="Running", conditions=[{"type": "Ready", "status": "True"}]))
+    assert _outcomes(extender) == {**dict.fromkeys(CELLS, 0), "predicted_failed": 1, "ran_as_predicted": 1}
+    stories = extender.scorecard.report("team")["namespaces"]["team"]["pods"]
+    assert (stories["predicted_failed"][0]["pod"], stories["predicted_failed"][0]["pairedWith"]) == (
+        "team/first",
+        "team/second",
+    )
+
+
+def _outcomes(extender: Extender) -> dict[str, float]:
+    return {
+        s.labels["cell"]: s.value
+        for family in extender.metrics.registry.collect()
+        if family.name == "hugepage_extender_shadow_outcomes"
+        for s in family.samples
+        if s.name.endswith("_total") and s.labels["pod_namespace"] == "team"
+    }
