@@ -28,8 +28,8 @@ pods or one of its pods that could become the partner has no outcome yet. Held p
 A pod deleted before its outcome is counted as ``deleted``; one whose outcome never came within
 ``shadowWindowSeconds`` as ``expired``; one pushed out by the cap on pods followed as ``dropped``.
 Memory is bounded whatever the rate of pods: at most ``MAX_FOLLOWED`` pods followed (held ones among
-them), a burst per node judged in the last ``PAIR_SECONDS`` and per followed pod at most, per row
-``WINDOW_BUCKETS`` time buckets of counts and the last ``STORIES_PER_CELL`` pods of each cell.
+them); bursts, at most one per followed pod plus one per node judged in the last ``PAIR_SECONDS``; per
+row ``WINDOW_BUCKETS`` time buckets of counts and the last ``STORIES_PER_CELL`` pods of each cell.
 Rows are the namespaces the config names and ``_other`` for the rest (as the metrics' labels).
 """
 
