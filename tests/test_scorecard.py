@@ -416,10 +416,10 @@ def test_the_extenders_counter_moves_only_once_a_pods_cell_is_final() -> None:
         seen(_with(waiting, phase="Running"))
     seen(_with(pods["first"], phase="Failed", reason="OutOfhugepages-2Mi"))
     assert _outcomes(extender) == dict.fromkeys(CELLS, 0)
-    assert extender.scorecard.report("team")["namespaces"]["team"]["awaiting"] == 2
+    assert extender.scorecard.document("team")["namespaces"]["team"]["awaiting"] == 2
     seen(_with(pods["second"], phase="Running", conditions=[{"type": "Ready", "status": "True"}]))
     assert _outcomes(extender) == {**dict.fromkeys(CELLS, 0), "predicted_failed": 1, "ran_as_predicted": 1}
-    stories = extender.scorecard.report("team")["namespaces"]["team"]["pods"]
+    stories = extender.scorecard.document("team")["namespaces"]["team"]["pods"]
     assert (stories["predicted_failed"][0]["pod"], stories["predicted_failed"][0]["pairedWith"]) == (
         "team/first",
         "team/second",
