@@ -224,7 +224,7 @@ class Extender:
             if start.held and error.known:
                 self.verbs.bind_failed(args.pod_uid)
             if error.known:
-                self.scorecard.forget(args.pod_uid)  # not bound there: its next bind is judged afresh
+                self._counted(self.scorecard.forget(args.pod_uid))  # not bound there: judged afresh at its next bind
             self.metrics.child(self.metrics.binds, BindResult.ERROR).inc()
             log.warning("bind %s failed: %s", where, error)
             return web.Response(body=render_binding(str(error)), content_type=JSON)

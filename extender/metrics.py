@@ -239,7 +239,8 @@ class Metrics:
             "hugepage_extender_shadow_outcomes",
             "Pods of shadow namespaces followed from shadow's verdict on their node to their outcome, by namespace"
             " (those the config names; the rest as _other) and cell: predicted_failed, predicted_ran,"
-            " failed_unpredicted, ran_as_predicted; or deleted, expired, dropped when no outcome came"
+            " failed_unpredicted, ran_as_predicted (a false alarm and a miss on one node in one burst as"
+            " predicted_failed and ran_as_predicted); or deleted, expired, dropped when no outcome came"
             " (docs/runbooks.md, the scorecard).",
             ["pod_namespace", "cell"],
             registry=r,

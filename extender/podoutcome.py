@@ -25,7 +25,8 @@ _FAILING_WAITS = frozenset({"CrashLoopBackOff", "RunContainerError", "CreateCont
 MAX_DETAIL_CHARS = 200  # a status message is the consumer's own: kept short in memory and in the table
 
 
-# The scorecard's cells: shadow's verdict on the chosen node (would reject / would admit) by the outcome.
+# The scorecard's cells: shadow's verdict on the chosen node (would reject / would admit) by the outcome
+# (``cell_of``); the scorecard then pairs a false alarm and a miss of one node's burst (extender.scorecard).
 CELLS = ("predicted_failed", "predicted_ran", "failed_unpredicted", "ran_as_predicted")
 # Every way a followed pod is counted: a cell, or an end without an outcome (extender.scorecard).
 ENDS = (*CELLS, "deleted", "expired", "dropped")
@@ -42,7 +43,9 @@ class Prediction(msgspec.Struct, frozen=True, gc=False):
 
     would_reject: bool
     why: str  # the reason enforce would have sent, or "room for it"
-    judged_by: str  # "bind" (the bind verb, at bind time) or "watch" (the first event showing the pod bound)
+    # "bind" (the bind verb, at bind time) or "watch" (the first event showing the pod bound); the replay's
+    # verdicts are its "pick"'s.
+    judged_by: str
 
 
 class PodSignal(msgspec.Struct, frozen=True, gc=False):

@@ -1,7 +1,8 @@
 """Shadow's scorecard as ``/debug/shadow`` answers it, read back and printed (``kubectl hugepages shadow``).
 
 The table: per namespace, the four cells over the window (and since the extender started), precision
-and recall; then the last pods of each cell, each with what shadow said of its node and what became of it.
+and recall; then the last pods of each cell, each with what shadow said of its node and what became of it
+(and the pod it was paired with, extender.scorecard).
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ _TITLES = {
 }
 
 
+# Why a paired pod is in its cell (extender.scorecard): the pair is one foreseen failure on the node.
+_PAIRED = {
+    "predicted_failed": "shadow judged the node over-committed, a pod past its room ran in this one's stead",
+    "ran_as_predicted": "shadow named this pod past the node's room, another failed in its stead",
+}
+
+
 class ShadowDocumentError(ExtenderError):
     """An answer that is not a scorecard."""
 
@@ -35,6 +43,9 @@ class PodStory(msgspec.Struct, rename="camel", frozen=True):
     outcome: str
     judged_by: str
     seconds_to_outcome: float
+    # The pod of the same node and burst it was paired with (extender.scorecard): the false alarm whose
+    # node the failure proved full, or the miss that failed in this one's stead. "" when not paired.
+    paired_with: str = ""
 
 
 class Row(msgspec.Struct, frozen=True):
@@ -49,6 +60,7 @@ class Row(msgspec.Struct, frozen=True):
 class ShadowDocument(msgspec.Struct, rename="camel", frozen=True):
     settle_seconds: float
     window_seconds: float
+    pair_seconds: float
     followed: int
     namespaces: dict[str, Row]
 
@@ -80,7 +92,8 @@ def render_shadow(document: ShadowDocument) -> str:
     minutes = document.window_seconds / 60
     lines = [
         f"Shadow's scorecard over the last {minutes:g} min (a pod ran once Ready for {document.settle_seconds:g} s);"
-        f" {document.followed} pods awaiting their outcome.",
+        f" a false alarm and a miss on one node judged within {document.pair_seconds:g} s pair up as a foreseen"
+        f" failure; {document.followed} pods awaiting their outcome or a partner.",
         "",
         *_table_lines(document),
     ]
@@ -95,4 +108,6 @@ def render_shadow(document: ShadowDocument) -> str:
             for story in stories:
                 lines.append(f"  {story.pod} on {story.node}: shadow said {story.verdict} ({story.judged_by});")
                 lines.append(f"    {story.outcome} ({story.seconds_to_outcome:g} s after the verdict)")
+                if story.paired_with:
+                    lines.append(f"    paired with {story.paired_with} (same node and burst: {_PAIRED[cell]})")
     return "\n".join(lines)

@@ -58,6 +58,7 @@ from replay.model import (
     Trace,
     Variant,
 )
+from replay.shadowgrade import ShadowGrades
 from replay.tally import OutcomeTally, StepTally, coefficient_of_variation
 
 # New clients of a ladder step start spread over this many seconds: a burst,
@@ -302,6 +303,7 @@ class Replay:
         self.step_length = step_seconds(scenario)
         self.steps = [StepTally() for _ in range(step_count(scenario))]
         self.end = self.step_length * len(self.steps)
+        self.shadow = ShadowGrades(self.steps, lambda: self.now, horizon_seconds=2 * self.end + 3600.0)
         self.namespaces: defaultdict[str, OutcomeTally] = defaultdict(OutcomeTally)
         self.placements: list[str] = []
         self.events: list[tuple[float, int, EventKind, Payload]] = []
@@ -327,6 +329,8 @@ class Replay:
                 continue
             self.now = at
             self.dispatch(kind, payload)
+        self.now += self.shadow.card.pair_seconds  # the last bursts close: what they held is counted
+        self.shadow.tick()
         self.tick()
         run = VariantRun(self.variant, self.steps, dict(sorted(self.namespaces.items())), self.placements)
         run.wall_seconds = time.perf_counter() - started
@@ -439,6 +443,8 @@ class Replay:
         node = self.pick(scores, demand.cpu_millis)
         self.observe_pick(step, plan.uid, node, demand, policy)
         flight = Flight(plan, node, need_pages, step_index, self.now, self.shadow_prediction(node, demand, policy))
+        if flight.shadow_predicts_failure is not None:
+            self.shadow.judged(plan.uid, step_index, node, would_reject=flight.shadow_predicts_failure)
         # serve --enable-bind: the bind names the node, checked and held as the server does it (the replay
         # binds in its filter's step, so no other bind can have taken the room between).
         if self.variant.inflight is InFlight.BIND:
@@ -487,7 +493,7 @@ class Replay:
         self.truth.arriving_pages[node] -= flight.need_pages
         failed = self.truth.free_pages(node) < flight.need_pages
         if flight.shadow_predicts_failure is not None:
-            step.shadow.add(predicted_failure=flight.shadow_predicts_failure, failed=failed)
+            self.shadow.landed(plan.uid, failed=failed)
         if failed:
             self.truth.assumed_cpu[node] -= plan.cpu_millis
             self.state.remove_pod(plan.uid)  # the pod failed: its hold goes too

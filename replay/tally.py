@@ -6,25 +6,29 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+# The scorecard's cells (extender.podoutcome.CELLS) as the replay's report names them.
+_TALLY_OF_CELL = {
+    "predicted_failed": "predicted_and_failed",
+    "predicted_ran": "predicted_but_placed",
+    "failed_unpredicted": "missed_failure",
+    "ran_as_predicted": "predicted_placed",
+}
+
 
 @dataclass(slots=True)
 class ShadowTally:
-    """Shadow's would-be rejection of the chosen node against what the node then did."""
+    """Shadow's would-be rejection of the chosen node against what the node then did, per pod, with a
+    false alarm and a miss on one node in one burst counted as a hit and a pod placed as predicted."""
 
     predicted_and_failed: int = 0  # true positive
     predicted_but_placed: int = 0  # false positive
     missed_failure: int = 0  # false negative
     predicted_placed: int = 0  # true negative
 
-    def add(self, *, predicted_failure: bool, failed: bool) -> None:
-        if predicted_failure and failed:
-            self.predicted_and_failed += 1
-        elif predicted_failure:
-            self.predicted_but_placed += 1
-        elif failed:
-            self.missed_failure += 1
-        else:
-            self.predicted_placed += 1
+    def count(self, cell: str) -> None:
+        """One pod in a cell of shadow's scorecard (``replay.shadowgrade``, paired per node and burst)."""
+        name = _TALLY_OF_CELL[cell]  # nothing else comes: every replayed pod lands, none is deleted
+        setattr(self, name, getattr(self, name) + 1)
 
     @property
     def observed(self) -> int:

@@ -1,8 +1,10 @@
-"""Shadow's scorecard (extender.scorecard): every pod counted once, in its cell; bounded memory."""
+"""Shadow's scorecard (extender.scorecard): every pod counted once, in its cell (a false alarm and a miss
+on one node, in one burst, paired); counted only once its cell is final; bounded memory."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -13,8 +15,15 @@ from extender.config import build_config
 from extender.handlers import Extender
 from extender.metrics import Metrics
 from extender.objects import Pod
-from extender.podoutcome import CELLS, ENDS, PodSignal, Prediction
-from extender.scorecard import GONE_GRACE_SECONDS, STORIES_PER_CELL, Scorecard, precision_recall
+from extender.podoutcome import CELLS, ENDS, PodOutcome, PodSignal, Prediction, cell_of
+from extender.scorecard import (
+    GONE_GRACE_SECONDS,
+    PAIR_SECONDS,
+    STORIES_PER_CELL,
+    Scorecard,
+    precision_recall,
+)
+from extender.shadowreport import parse_shadow_document, render_shadow
 from tests.conftest import make_node, make_pod
 
 SETTLE, WINDOW = 30.0, 3600.0
@@ -48,13 +57,15 @@ def test_each_cell_from_a_verdict_and_what_the_watch_then_shows() -> None:
     clock = Clock()
     card = _card(clock)
     for uid, prediction in (("a", REJECT), ("b", REJECT), ("c", ADMIT), ("d", ADMIT), ("e", ADMIT)):
-        assert card.judged(uid, "payments", f"pod-{uid}", "n1", prediction) == []
+        assert card.judged(uid, "payments", f"pod-{uid}", f"n-{uid}", prediction) == []  # each on its node
     assert card.seen("a", FAILED) == [("payments", "predicted_failed")]
     assert card.seen("b", READY) == []  # Ready now: it must still run for the settle time
-    assert card.seen("c", FAILED) == [("payments", "failed_unpredicted")]
+    assert card.seen("c", FAILED) == []  # a miss: held while a false alarm may still join its node's burst
     assert card.seen("d", READY) == []
     assert card.seen("e", PodSignal(deleting=True)) == [("payments", "deleted")]
-    clock.now += SETTLE - 1
+    clock.now += PAIR_SECONDS
+    assert card.tick() == [("payments", "failed_unpredicted")]
+    clock.now += SETTLE - PAIR_SECONDS - 1
     assert card.tick() == []
     clock.now += 1
     assert sorted(card.tick()) == [("payments", "predicted_ran"), ("payments", "ran_as_predicted")]
@@ -65,12 +76,14 @@ def test_each_cell_from_a_verdict_and_what_the_watch_then_shows() -> None:
     story = row["pods"]["predicted_failed"][0]
     assert story == {
         "pod": "payments/pod-a",
-        "node": "n1",
+        "node": "n-a",
         "verdict": "would reject: Insufficient hugepages-2Mi",
         "outcome": "failed: OutOfhugepages-2Mi",
         "judgedBy": "bind",
         "secondsToOutcome": 0.0,
+        "pairedWith": "",
     }
+    assert row["pods"]["failed_unpredicted"][0]["secondsToOutcome"] == 0.0  # at its failure, not its count
 
 
 def test_the_first_verdict_stands_and_later_events_of_a_counted_pod_count_nothing() -> None:
@@ -78,7 +91,10 @@ def test_the_first_verdict_stands_and_later_events_of_a_counted_pod_count_nothin
     card = _card(clock)
     card.judged("a", "payments", "a", "n1", ADMIT)
     card.judged("a", "payments", "a", "n2", REJECT)  # the watch after the bind verb: the bind's verdict stands
-    assert card.seen("a", FAILED) == [("payments", "failed_unpredicted")]
+    assert card.seen("a", FAILED) == []  # held for a partner: its outcome is known, its cell not yet
+    assert card.seen("a", READY) == []
+    clock.now += PAIR_SECONDS
+    assert card.tick() == [("payments", "failed_unpredicted")]
     assert card.seen("a", FAILED) == []
     assert card.seen("a", PodSignal(), deleted=True) == []
     card.tick()
@@ -122,6 +138,8 @@ def test_namespaces_not_named_fold_into_other_and_a_failed_bind_is_not_counted()
     for i in range(100):
         card.judged(f"u{i}", f"team-{i}", "p", "n1", ADMIT)
         card.seen(f"u{i}", FAILED)
+    clock.now += PAIR_SECONDS
+    card.tick()
     assert set(card.rows) == {"payments", "vms", "_other"}
     assert card.document()["namespaces"]["_other"]["total"]["failed_unpredicted"] == 100
     card.judged("x", "payments", "x", "n1", REJECT)
@@ -174,7 +192,7 @@ def test_every_pod_is_counted_once_in_the_cell_its_verdict_and_outcome_make(seed
     for i in range(2000):
         uid = f"u{i}"
         prediction = rng.choice((REJECT, ADMIT))
-        ended += card.judged(uid, "payments", uid, "n1", prediction)
+        ended += card.judged(uid, "payments", uid, f"n-{uid}", prediction)  # alone on its node: never paired
         fate = rng.choice(("failed", "ran", "deleted", "refused", "never"))
         if fate == "failed":
             ended += card.seen(uid, READY) + card.seen(uid, FAILED)
@@ -198,6 +216,133 @@ def test_every_pod_is_counted_once_in_the_cell_its_verdict_and_outcome_make(seed
     assert len(ended) == 2000
     assert card.document()["namespaces"]["payments"]["total"] == expected
     assert {cell: sum(1 for _, c in ended if c == cell) for cell in ENDS} == expected
+
+
+def test_a_false_alarm_and_a_miss_on_one_node_in_one_burst_pair_as_a_foreseen_failure() -> None:
+    """Shadow names the last pod placed past the node's room; the kernel failed another one of the burst."""
+    clock = Clock()
+    card = _card(clock)
+    card.judged("first", "vms", "dpdk", "n1", ADMIT)
+    clock.now += 1
+    card.judged("last", "vms", "vm", "n1", REJECT)
+    assert card.seen("first", FAILED) == []  # a miss, held: "last" may still run
+    assert card.seen("last", READY) == []
+    clock.now += PAIR_SECONDS  # the burst closes, "last" still undecided: the miss stays held
+    assert card.tick() == []
+    assert card.document()["namespaces"]["vms"]["awaiting"] == 2
+    clock.now += SETTLE
+    assert card.tick() == [("vms", "predicted_failed"), ("vms", "ran_as_predicted")]
+    row = card.document()["namespaces"]["vms"]
+    assert row["total"] == {**dict.fromkeys(ENDS, 0), "predicted_failed": 1, "ran_as_predicted": 1}
+    assert (row["precision"], row["recall"], row["awaiting"]) == (1.0, 1.0, 0)
+    failed, ran = row["pods"]["predicted_failed"][0], row["pods"]["ran_as_predicted"][0]
+    assert (failed["pod"], failed["verdict"], failed["pairedWith"]) == ("vms/dpdk", "would admit", "vms/vm")
+    assert (ran["pod"], ran["verdict"], ran["pairedWith"]) == ("vms/vm", f"would reject: {REJECT.why}", "vms/dpdk")
+    assert failed["secondsToOutcome"] == 1.0  # at its failure, not at the pairing
+    text = render_shadow(parse_shadow_document(msgspec.json.encode(card.document())))
+    assert "vms/dpdk on n1: shadow said would admit (watch);" in text
+    assert "paired with vms/vm (same node and burst:" in text
+
+
+def test_pods_on_other_nodes_or_past_the_burst_do_not_pair() -> None:
+    clock = Clock()
+    card = _card(clock)
+    card.judged("alarm", "vms", "alarm", "n1", REJECT)
+    card.judged("elsewhere", "vms", "elsewhere", "n2", ADMIT)  # another node
+    clock.now += PAIR_SECONDS
+    card.judged("later", "vms", "later", "n1", ADMIT)  # n1's next burst
+    # n2's burst is over and holds no "would reject" pod: a miss at once; n1's next burst still takes pods.
+    assert card.seen("elsewhere", FAILED) == [("vms", "failed_unpredicted")]
+    assert card.seen("later", FAILED) == []
+    card.seen("alarm", READY)
+    clock.now += SETTLE
+    assert sorted(card.tick()) == [("vms", "failed_unpredicted"), ("vms", "predicted_ran")]
+    assert card.followed == 0
+    stories = card.document()["namespaces"]["vms"]["pods"].values()
+    assert all(story["pairedWith"] == "" for cell in stories for story in cell)
+
+
+def test_a_held_pod_is_counted_in_its_own_cell_once_nothing_left_in_its_burst_can_pair_it() -> None:
+    clock = Clock()
+    card = _card(clock)
+    for uid, prediction in (("miss", ADMIT), ("gone", REJECT), ("stuck", REJECT), ("alarm", REJECT)):
+        card.judged(uid, "vms", uid, "n1", prediction)
+    card.judged("alarm2", "vms", "alarm2", "n2", REJECT)
+    card.judged("never", "vms", "never", "n2", ADMIT)
+    assert card.seen("miss", FAILED) == []
+    clock.now += PAIR_SECONDS
+    assert card.tick() == []  # three "would reject" pods without an outcome yet
+    assert card.seen("gone", PodSignal(deleting=True)) == [("vms", "deleted")]
+    assert card.forget("stuck") == []  # its bind failed: not counted, one possible partner less
+    # The last possible partner failed too (a hit, not a false alarm): the miss stays a miss.
+    failure = PodSignal(failure="container qemu restarted 1 times")
+    assert card.seen("alarm", failure) == [("vms", "predicted_failed"), ("vms", "failed_unpredicted")]
+    assert card.followed == 2
+    card.seen("alarm2", READY)
+    clock.now += SETTLE
+    assert card.tick() == []  # "alarm2" held: "never" (n2) may still fail
+    clock.now += WINDOW
+    assert card.tick() == [("vms", "predicted_ran"), ("vms", "expired")]  # at its expiry, in its cell
+    assert card.followed == 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_on_few_nodes_each_pod_is_counted_once_and_each_burst_pairs_all_it_can(seed: int) -> None:
+    """The pairing against a reference: per node, bursts of ``PAIR_SECONDS`` from their first verdict;
+    each burst turns min(false alarms, misses) pairs into hits and ran-as-predicted; the margins (pods
+    predicted, pods failed) stay as they were; the counter only ever counts a pod once."""
+    rng = random.Random(seed)
+    clock = Clock()
+    card = _card(clock)
+    per_pod: dict[str, tuple[str, float, str]] = {}  # uid: (node, judged at, cell before pairing)
+    ended: list[tuple[str, str]] = []
+    for i in range(1500):
+        uid, node = f"u{i}", rng.choice(("n1", "n2", "n3"))
+        prediction = rng.choice((REJECT, ADMIT))
+        ended += card.judged(uid, "payments", uid, node, prediction)
+        failed = rng.random() < 0.5
+        ended += card.seen(uid, READY) + (card.seen(uid, FAILED) if failed else [])
+        per_pod[uid] = (node, clock.now, cell_of(prediction, PodOutcome.FAILED if failed else PodOutcome.RAN))
+        clock.now += rng.expovariate(1.0)
+        ended += card.tick()
+    clock.now += SETTLE + PAIR_SECONDS
+    ended += card.tick()
+    assert card.followed == 0
+    assert len(ended) == len(per_pod)
+    expected = dict.fromkeys(ENDS, 0)
+    for burst in _bursts(per_pod):
+        cells = Counter(per_pod[uid][2] for uid in burst)
+        pairs = min(cells["predicted_ran"], cells["failed_unpredicted"])
+        cells.update(predicted_ran=-pairs, failed_unpredicted=-pairs, predicted_failed=pairs, ran_as_predicted=pairs)
+        for cell, count in cells.items():
+            expected[cell] += count
+    assert Counter(cell for _, cell in ended) == {cell: n for cell, n in expected.items() if n}
+    assert card.document()["namespaces"]["payments"]["total"] == expected
+
+
+def _bursts(per_pod: dict[str, tuple[str, float, str]]) -> list[list[str]]:
+    """Each node's pods (in the order judged) cut into bursts: a burst takes the pods judged less than
+    ``PAIR_SECONDS`` after its first."""
+    bursts: list[list[str]] = []
+    current: dict[str, tuple[float, list[str]]] = {}
+    for uid, (node, at, _) in per_pod.items():
+        if node not in current or at >= current[node][0] + PAIR_SECONDS:
+            current[node] = (at, [])
+            bursts.append(current[node][1])
+        current[node][1].append(uid)
+    return bursts
+
+
+def test_the_cap_counts_a_held_pod_it_pushes_out_in_its_cell_not_as_dropped() -> None:
+    clock = Clock()
+    card = _card(clock, max_followed=3)
+    card.judged("miss", "vms", "miss", "n1", ADMIT)
+    card.judged("open", "vms", "open", "n1", REJECT)
+    card.seen("miss", FAILED)
+    card.judged("b", "vms", "b", "n2", ADMIT)
+    # The cap pushes out the oldest, a held miss: counted in its cell, not as dropped.
+    assert card.judged("c", "vms", "c", "n3", ADMIT) == [("vms", "failed_unpredicted")]
+    assert card.document()["namespaces"]["vms"]["total"]["dropped"] == 0
 
 
 def test_precision_and_recall_are_none_without_their_cells() -> None:
@@ -233,14 +378,12 @@ def test_the_extender_judges_a_pod_first_shown_bound_against_the_pool_without_it
     assert second["pod"] == "team/second"
     assert second["verdict"].startswith("would reject: Insufficient hugepages-2Mi")
     assert second["outcome"] == "failed: OutOfhugepages-2Mi"
-    samples = {
-        s.labels["cell"]: s.value
-        for family in extender.metrics.registry.collect()
-        if family.name == "hugepage_extender_shadow_outcomes"
-        for s in family.samples
-        if s.name.endswith("_total") and s.labels["pod_namespace"] == "team"
+    assert _outcomes(extender) == {
+        "predicted_failed": 1,
+        "predicted_ran": 0,
+        "failed_unpredicted": 0,
+        "ran_as_predicted": 1,
     }
-    assert samples == {"predicted_failed": 1, "predicted_ran": 0, "failed_unpredicted": 0, "ran_as_predicted": 1}
 
 
 def _with(pod: Pod, **status: Any) -> Pod:
@@ -249,3 +392,45 @@ def _with(pod: Pod, **status: Any) -> Pod:
     document["spec"]["nodeName"] = "a"
     document["status"] = status
     return msgspec.json.decode(msgspec.json.encode(document), type=Pod)
+
+
+def test_the_extenders_counter_moves_only_once_a_pods_cell_is_final() -> None:
+    """A burst of two on one node whose pool holds one: shadow says the second would be turned away, the
+    first fails, the second runs. The miss waits uncounted while the second may still be its partner;
+    the pair then counts as a foreseen failure and a pod that ran as predicted."""
+    config = build_config({"shadowSettleSeconds": 0, "namespaces": {"team": {"mode": "shadow"}}}, {})
+    state = ClusterState(config)
+    state.replace([make_node("a", hugepages="512Mi")], [])
+    extender = Extender(config, state, Metrics())
+
+    def seen(pod: Pod) -> None:
+        record = state.with_signal(state.pod_record(pod), pod)
+        extender.pod_seen(record, False)
+        state.apply_pod_record(record)
+
+    pods = {}
+    for name in ("first", "second"):
+        pods[name] = waiting = make_pod(name, "team", hugepages="512Mi")
+        state.apply_pod(waiting)
+        extender.verbs.filter_pod(waiting, ["a"])
+        seen(_with(waiting, phase="Running"))
+    seen(_with(pods["first"], phase="Failed", reason="OutOfhugepages-2Mi"))
+    assert _outcomes(extender) == dict.fromkeys(CELLS, 0)
+    assert extender.scorecard.document("team")["namespaces"]["team"]["awaiting"] == 2
+    seen(_with(pods["second"], phase="Running", conditions=[{"type": "Ready", "status": "True"}]))
+    assert _outcomes(extender) == {**dict.fromkeys(CELLS, 0), "predicted_failed": 1, "ran_as_predicted": 1}
+    stories = extender.scorecard.document("team")["namespaces"]["team"]["pods"]
+    assert (stories["predicted_failed"][0]["pod"], stories["predicted_failed"][0]["pairedWith"]) == (
+        "team/first",
+        "team/second",
+    )
+
+
+def _outcomes(extender: Extender) -> dict[str, float]:
+    return {
+        s.labels["cell"]: s.value
+        for family in extender.metrics.registry.collect()
+        if family.name == "hugepage_extender_shadow_outcomes"
+        for s in family.samples
+        if s.name.endswith("_total") and s.labels["pod_namespace"] == "team"
+    }

@@ -9,9 +9,10 @@ import dataclasses
 
 import pytest
 
-from replay.model import Scenario, parse_variant
+from replay.model import Blind, Scenario, parse_variant
 from replay.scenario import quick_scenario
-from replay.simulate import VariantRun, run_variant
+from replay.shadowgrade import ShadowGrades
+from replay.simulate import Replay, VariantRun, run_variant
 from replay.tally import merge
 
 SEED = 7
@@ -71,8 +72,27 @@ def test_shadow_places_exactly_as_off(scenario: Scenario) -> None:
     assert shadow.placements == off.placements
     assert shadow.placements_digest == off.placements_digest
     # ...while it did evaluate the fit: its would-be rejections are tallied.
-    assert merge(shadow.steps).shadow.predicted_and_failed > 0
+    total = merge(shadow.steps)
+    assert total.shadow.predicted_and_failed > 0
     assert merge(off.steps).shadow.observed == 0
+    # Graded as the live scorecard grades (false alarms and misses paired per node and burst): every pod
+    # that reached its node once, the failures on the node all in the two failed cells.
+    assert total.shadow.observed == total.placed + total.failed_node
+    assert total.shadow.predicted_and_failed + total.shadow.missed_failure == total.failed_node
+
+
+def test_shadow_pairs_a_false_alarm_and_a_miss_on_one_node_in_one_burst(scenario: Scenario) -> None:
+    """Without the pairing (a burst of no time) some false alarms and misses stay; with it, fewer, by
+    as many of each, and the pods predicted stay as many."""
+    alone = Replay(scenario, parse_variant("shadow"), seed=SEED, blind=Blind.LEAST_CPU, tick=lambda: None)
+    alone.shadow = ShadowGrades(alone.steps, lambda: alone.now, horizon_seconds=2 * alone.end, pair_seconds=0.0)
+    unpaired = merge(alone.run().steps).shadow
+    paired = merge(replay(scenario, "shadow").steps).shadow
+    pairs = unpaired.missed_failure - paired.missed_failure
+    assert pairs > 0
+    assert unpaired.predicted_but_placed - paired.predicted_but_placed == pairs
+    assert paired.predicted_and_failed - unpaired.predicted_and_failed == pairs
+    assert paired.predicted_placed - unpaired.predicted_placed == pairs
 
 
 def test_without_widening_the_k_sample_rejects_pods_some_node_could_hold(scenario: Scenario) -> None:
