@@ -206,9 +206,10 @@ def check_install(control_plane: ControlPlane, release: str, namespace: str, top
     assert allowed(control_plane, user, "create", "pods", sub="binding") == (bind or topology == "sidecar")
     for verb, resource, group in [("get", "secrets", ""), ("update", "nodes", ""), ("create", "deployments", "apps")]:
         assert not allowed(control_plane, user, verb, resource, group=group), f"may {verb} {resource}"
-    # The nudge: patch pods in its own namespace (a ValidatingAdmissionPolicy narrows it to its
-    # own pod's one annotation: e2e/cluster/test_fail_closed.py).
+    # The nudge and the lift of its scheduling gate: patch pods (a ValidatingAdmissionPolicy narrows it to
+    # its own pod's one annotation, and to removing that gate: e2e/cluster/test_fail_closed.py, test_gates.py).
     assert allowed(control_plane, user, "patch", "pods", namespace=namespace)
+    assert allowed(control_plane, user, "patch", "pods")
     if topology == "sidecar":
         # One pod, one ServiceAccount: the sidecar runs as the scheduler's, which may bind
         # (and preempt) whatever bind.enabled says (docs/install.md, "Topology").
@@ -218,7 +219,7 @@ def check_install(control_plane: ControlPlane, release: str, namespace: str, top
         ("list", "secrets", ""),
         ("delete", "pods", ""),
         ("update", "nodes", ""),
-        ("patch", "pods", ""),
+        ("update", "pods", ""),
         ("create", "pods", ""),
         ("list", "configmaps", ""),
         ("create", "deployments", "apps"),

@@ -564,7 +564,6 @@ args:
   - --liveness-socket=hugepage-extender-liveness
   - --shutdown-timeout={{ $.Values.extender.shutdownTimeoutSeconds }}
   - --drain-seconds={{ $.Values.extender.drainSeconds }}
-  - --{{ if not $.Values.gates.enabled }}no-{{ end }}lift-gates
   {{- if eq (include "hugepage-extender.bind" $) "true" }}
   - --enable-bind
   - --bind-timeout-seconds={{ $.Values.bind.timeoutSeconds }}
