@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from extender.cluster import ClusterState
-from extender.config import Config, build_config
+from extender.config import DEFAULT_RESOURCE, Config, build_config
 from extender.objects import Node, Pod
 
 ENFORCE = {"defaults": {"mode": "enforce", "sampleSize": 3, "widening": "fullscan"}}
@@ -136,7 +136,7 @@ def synthetic_state(
     for i in range(nodes):
         if i % 100 < full_percent:
             name = f"node-{i:05d}"
-            account = state.accounts[name]
+            account = state.books[DEFAULT_RESOURCE].accounts[name]
             left = (account.total_pages - account.committed_pages) * account.page_size
             if left > 0 or one_gib_pool:
                 fill = pod_document(f"fill-{i}", str(left) if left > 0 else None, name, one_gib=one_gib_pool)

@@ -34,10 +34,10 @@ from typing import Any
 from benchmarks.cluster import synthetic_state
 from benchmarks.null_extender import MAX_BODY, serve
 from extender.capacity import hugepages_for
-from extender.cluster import PodRecord, PodUsage
 from extender.handlers import Extender
 from extender.kube.informer import freeze_cache
 from extender.metrics import Metrics
+from extender.records import PodRecord, PodUsage
 from extender.server import create_app
 
 CONFIG: dict[str, Any] = {
@@ -101,7 +101,8 @@ async def _serve_with_watch(extender: Extender, app: Any, host: str, port: int, 
         uid, demand = args[0], args[2]
         if result.held:
             node = result.decision.nodes_to_hold[0]
-            usage = PodUsage(node, hugepages_for(demand.hugepage_bytes, state.page_size), demand.cpu_millis)
+            pages = tuple(hugepages_for(demand.bytes_of(size), book.page_size) for size, book in state.books.items())
+            usage = PodUsage(node, demand.cpu_millis, pages)
             bound.append((time.monotonic() + bound_after, PodRecord(uid, usage, False)))
         return result
 

@@ -27,7 +27,7 @@ from extender.nodeagent.publish import DEFAULT_INTERVAL_SECONDS, PublishPolicy, 
 
 __all__ = ["PublishPolicy", "simulate_writes", "updates", "writes"]
 from extender.nodeagent.record import NodeRecord
-from extender.nodereport import ReportObject, report_record
+from extender.nodereport import ReportObject
 from extender.objects import Node, Pod
 
 WRITE_COLUMNS = ["nodes", "heartbeat s", "jitter", "changes /node/h", "writes/s simulated", "writes/s formula"]
@@ -129,18 +129,18 @@ def updates(quick: bool = False) -> list[dict[str, Any]]:
     decoder = msgspec.json.Decoder(ReportObject)
     for event in events[:nodes]:  # every node reported once: the steady state
         obj = decoder.decode(event)
-        state.apply_report(*report_record(obj.metadata.name, obj.report_bytes, RESOURCE, PAGE))
+        state.apply_report(*state.report_record(obj.metadata.name, obj.report_bytes))
     cursor = iter(range(10**9))
 
     def one_update() -> None:
         event = events[next(cursor) % len(events)]
         obj = decoder.decode(event)  # the watch thread's part
-        state.apply_report(*report_record(obj.metadata.name, obj.report_bytes, RESOURCE, PAGE))
+        state.apply_report(*state.report_record(obj.metadata.name, obj.report_bytes))
 
     repeat = 2000 if quick else 20_000
     samples = timed(one_update, repeat=repeat, warmup=200)
     strict = state._config.policy_for("strict")
-    view = timed(lambda: state.view_for(strict), repeat=200 if quick else 1000)
+    view = timed(lambda: state.books[RESOURCE].view_for(strict), repeat=200 if quick else 1000)
     expire = timed(state.expire_reports, repeat=repeat)
     rows = []
     for what, got in (

@@ -32,7 +32,7 @@ from extender.answer import (
 from extender.capacity import UNBOUNDED
 from extender.columns import NodeColumns
 from extender.namelist import NameList
-from extender.podrequest import PodDemand
+from extender.podrequest import PodDemand, SizeNeed
 from extender.policy import Mode, Policy
 from extender.reference import SizeView, admission, draw, rejections_of
 from extender.sampling import Sample
@@ -280,6 +280,6 @@ def scores_on_columns(
     load: npt.NDArray[np.float64] | None = None
     for view in views:
         columns = cast("NodeColumns", view.columns)
-        size = loads(PodDemand(view.need, demand.cpu_millis), columns.slots(candidates), columns, policy)
+        size = loads(SizeNeed(view.need, demand.cpu_millis), columns.slots(candidates), columns, policy)
         load = size if load is None else np.maximum(load, size)
     return HostScores(candidates, priorities_of(cast("npt.NDArray[np.float64]", load)))

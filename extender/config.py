@@ -72,9 +72,7 @@ FILE_KEYS: tuple[str, ...] = _ConfigFile.__struct_encode_fields__
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    resource_name: str = DEFAULT_RESOURCE  # the first size guarded
-    page_size_bytes: int = 2 * 1024 * 1024
-    more_resource_names: tuple[str, ...] = ()  # every further size guarded, in the config's order
+    resource_names: tuple[str, ...] = (DEFAULT_RESOURCE,)  # every hugepage size guarded, in the config's order
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -86,22 +84,9 @@ class Config:
     def policy_for(self, namespace: str) -> Policy:
         return self.placement.policy_for(namespace)
 
-    @property
-    def resource_names(self) -> tuple[str, ...]:
-        """Every hugepage size guarded, the first one first."""
-        return (self.resource_name, *self.more_resource_names)
-
-    def for_size(self, resource_name: str) -> Config:
-        """The same config guarding ``resource_name`` alone: what one size's accounts are kept by."""
-        return dataclasses.replace(
-            self, resource_name=resource_name, page_size_bytes=page_size_of(resource_name), more_resource_names=()
-        )
-
-    def memory_index(self, policy: Policy) -> int:
-        """Which size (an index into ``resource_names``) a memory-derived need draws from."""
-        if not policy.need_from_memory_resource:
-            return 0
-        return self.resource_names.index(policy.need_from_memory_resource)
+    def memory_resource(self, policy: Policy) -> str:
+        """Which size a memory-derived need draws from: the policy's, else the first guarded."""
+        return policy.need_from_memory_resource or self.resource_names[0]
 
 
 def _env_bool(name: str, value: str) -> bool:
@@ -168,7 +153,7 @@ def build_config(
         document = {**document, "defaults": _yaml_off(document["defaults"])}
     raw = _convert(document or {}, _ConfigFile, "")
     names = _resource_names(raw)
-    page_size = page_size_of(names[0])
+    page_size_of(names[0])  # a resourceName alone is read here: a name with no page size fails
     file_defaults = given(_convert(raw.defaults, _PolicyFields, "defaults"))
     defaults = overlay(overlay(Policy(), file_defaults), _env_fields(environ))
     namespaces = {
@@ -183,9 +168,7 @@ def build_config(
         )
     _check_memory_resources(names, defaults, namespaces)
     return Config(
-        resource_name=names[0],
-        page_size_bytes=page_size,
-        more_resource_names=names[1:],
+        resource_names=names,
         max_request_bytes=raw.max_request_bytes,
         max_buffered_bytes=buffered,
         max_connections=raw.max_connections,

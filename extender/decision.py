@@ -15,6 +15,7 @@ from extender.answer import FilterDecision, HostScores, Reasons, passed_through
 from extender.capacity import UNBOUNDED, NodeAccount
 from extender.columnar import filter_on_columns, reads, scores_on_columns
 from extender.columns import NodeColumns
+from extender.config import DEFAULT_RESOURCE
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.reference import SizeView, filter_per_node, scores_per_node
@@ -49,9 +50,10 @@ def filter_nodes(
     rng: random.Random,
     headroom: Mapping[str, int] | None = None,
     columns: NodeColumns | None = None,
+    resource_name: str = DEFAULT_RESOURCE,
 ) -> FilterDecision:
-    """``filter_sizes`` over one size: the pod's ``hugepage_bytes`` of these accounts."""
-    view = SizeView(demand.hugepage_bytes, accounts, reasons, headroom, columns)
+    """``filter_sizes`` over one size: the pod's bytes of ``resource_name``, of these accounts."""
+    view = SizeView(demand.bytes_of(resource_name), accounts, reasons, headroom, columns)
     return filter_sizes(demand, candidates, views=(view,), policy=policy, rng=rng)
 
 
@@ -74,7 +76,8 @@ def prioritize_nodes(
     accounts: Mapping[str, NodeAccount],
     policy: Policy,
     columns: NodeColumns | None = None,
+    resource_name: str = DEFAULT_RESOURCE,
 ) -> HostScores:
-    """``prioritize_sizes`` over one size: the pod's ``hugepage_bytes`` of these accounts."""
-    view = SizeView(demand.hugepage_bytes, accounts, _NO_REASONS, columns=columns)
+    """``prioritize_sizes`` over one size: the pod's bytes of ``resource_name``, of these accounts."""
+    view = SizeView(demand.bytes_of(resource_name), accounts, _NO_REASONS, columns=columns)
     return prioritize_sizes(demand, candidates, views=(view,), policy=policy)

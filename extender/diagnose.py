@@ -18,7 +18,7 @@ from pathlib import Path
 from kubernetes import client
 
 from extender.cluster import ClusterState
-from extender.config import Config, page_size_of
+from extender.config import Config
 from extender.diagnostics import ExtenderState, NodeRow, node_rows
 from extender.errors import ExtenderError
 from extender.explain import Explanation, explain_pod
@@ -31,14 +31,7 @@ def _adopt(config: Config, remote: ExtenderState | None) -> Config:
     """The extender's pools (resource names) and policies win over a local config's: it is the one deciding."""
     if remote is None:
         return config
-    name = remote.resource_name
-    return dataclasses.replace(
-        config,
-        resource_name=name,
-        page_size_bytes=page_size_of(name),
-        more_resource_names=remote.resource_names[1:],
-        placement=remote.placement,
-    )
+    return dataclasses.replace(config, resource_names=remote.resource_names, placement=remote.placement)
 
 
 def live_explanation(
@@ -68,7 +61,7 @@ def live_explanation(
         sources["pod"] = f"already bound to {pod.spec.node_name} (not counted there below)"
     elif gate_index(pod) is not None:
         sources["pod"] = f"behind the scheduling gate {GATE}: lifted by the extender once a node it may use has room"
-    sources.update(_decider_sources(remote, extender, state.accounts if names is None else names, config_source))
+    sources.update(_decider_sources(remote, extender, state.nodes() if names is None else names, config_source))
     holds = remote.holds_by_size if remote is not None else None
     return explain_pod(state, pod, names, holds=holds, sources=sources)
 
@@ -96,8 +89,7 @@ def _decider_sources(
     (with its holds on the nodes ``shown``), else the local config, with nothing known in flight."""
     if remote is None or extender is None:
         return {"policy": config_source, "in flight": "not known: ask the running extender (--extender URL)"}
-    shown_nodes = set(shown)
-    held = sum(h.pods for n, h in remote.holds.items() if n in shown_nodes)
+    held = remote.pods_held_on(set(shown))
     sources = {
         "policy": f"the extender at {extender.url}" + (" (namespace exempt)" if remote.exempt else ""),
         "in flight": f"the extender at {extender.url}: {held} hold(s) on these nodes",
@@ -118,9 +110,9 @@ def live_node_rows(
     holds = remote.holds_by_size if remote is not None else {}
     reports = remote.node_reports if remote is not None else None
     rows = []
-    for size in state.sizes:  # one table of every size guarded, size by size
-        name = size.resource_name if len(state.sizes) > 1 else ""
-        rows += node_rows(size.accounts, holds.get(size.resource_name, {}), reports, resource=name)
+    for size, book in state.books.items():  # one table of every size guarded, size by size
+        name = size if len(state.books) > 1 else ""
+        rows += node_rows(book.accounts, holds.get(size, {}), reports, resource=name)
     return rows, remote
 
 

@@ -55,23 +55,25 @@ class NodeReport:
 class ExtenderState:
     """The state document, read back."""
 
-    resource_name: str
     ready: bool
     namespace: str
     policy: Policy
     exempt: bool
-    holds: dict[str, NodeHolds]
+    # Placements in flight per size guarded (every size the extender guards, in its config's order) and node.
+    holds_by_size: dict[str, dict[str, NodeHolds]]
     placement: PolicyTable  # every namespace's policy: how the extender counts each namespace's pods
     # None: this extender publishes no node reports (the node agent's records are not wired in).
     node_reports: dict[str, NodeReport] | None
-    # Every size the extender guards (resource_name first), and the holds of each further size.
-    resource_names: tuple[str, ...] = ()
-    more_holds: dict[str, dict[str, NodeHolds]] = dataclasses.field(default_factory=dict)
 
     @property
-    def holds_by_size(self) -> dict[str, dict[str, NodeHolds]]:
-        """Placements in flight per size guarded and node."""
-        return {self.resource_name: self.holds, **self.more_holds}
+    def resource_names(self) -> tuple[str, ...]:
+        return tuple(self.holds_by_size)
+
+    def pods_held_on(self, nodes: Collection[str]) -> int:
+        """Holds on ``nodes``: per node, the most pods any one size holds there (a pod holds on each size it asks)."""
+        return sum(
+            max((held[node].pods for held in self.holds_by_size.values() if node in held), default=0) for node in nodes
+        )
 
 
 def holds_per_node(
@@ -102,18 +104,18 @@ def holds_per_node(
 
 def state_document(
     *,
-    resource_name: str,
     ready: bool,
     namespace: str,
     policy: Policy,
     exempt: bool,
-    holds: Mapping[str, NodeHolds],
+    holds_by_size: Mapping[str, Mapping[str, NodeHolds]],
     placement: PolicyTable,
     node_reports: Mapping[str, NodeReport] | None = None,
-    more_holds: Mapping[str, Mapping[str, NodeHolds]] | None = None,
 ) -> dict[str, Any]:
-    """The ``/debug/state`` document (version 1). New keys may be added; none is renamed or removed.
-    ``resourceName`` and ``inFlight`` are the first size guarded; ``sizes`` holds each further one's."""
+    """The ``/debug/state`` document (version 1) of ``holds_by_size`` (every size guarded, in the config's
+    order). New keys may be added; none is renamed or removed: so ``resourceName`` and ``inFlight`` stay
+    those of the first size, as version 1 has them, and ``sizes`` holds each other size's."""
+    (resource_name, holds), *others = holds_by_size.items()
     return {
         "version": STATE_VERSION,
         "resourceName": resource_name,
@@ -133,8 +135,8 @@ def state_document(
             node: {"outsidePodsBytes": r.outside_pods_bytes, "ageSeconds": r.age_seconds, "stale": r.stale}
             for node, r in node_reports.items()
         },
-        "resourceNames": [resource_name, *(more_holds or {})],
-        "sizes": {name: {"inFlight": _in_flight(held)} for name, held in (more_holds or {}).items()},
+        "resourceNames": list(holds_by_size),
+        "sizes": {name: {"inFlight": _in_flight(held)} for name, held in others},
     }
 
 
@@ -209,19 +211,20 @@ def parse_state_document(body: bytes) -> ExtenderState:
         namespaces={ns: _policy(p) for ns, p in doc.placement.namespaces.items()},
         exempt_namespaces=frozenset(doc.placement.exempt_namespaces),
     )
+    sizes = {name: size.in_flight for name, size in doc.sizes.items()}
     return ExtenderState(
-        resource_name=doc.resource_name,
         ready=doc.ready,
         namespace=doc.namespace,
         policy=_policy(doc.policy),
         exempt=doc.exempt,
-        holds=_holds(doc.in_flight),
+        holds_by_size={
+            name: _holds(doc.in_flight if name == doc.resource_name else sizes.get(name, {}))
+            for name in doc.resource_names or (doc.resource_name,)
+        },
         placement=placement,
         node_reports=None
         if doc.node_reports is None
         else {n: NodeReport(r.outside_pods_bytes, r.age_seconds, r.stale) for n, r in doc.node_reports.items()},
-        resource_names=tuple(doc.resource_names or (doc.resource_name,)),
-        more_holds={name: _holds(size.in_flight) for name, size in doc.sizes.items()},
     )
 
 

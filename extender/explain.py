@@ -141,15 +141,16 @@ def explain(
 ) -> Explanation:
     rows = []
     numa = policy.numa_aligned and demand.guaranteed
+    need = demand.of_one(resource_name)
     for name in names:
         account = accounts.get(name, UNKNOWN_ACCOUNT)
-        load = node_load(account, demand, policy)
-        verdict = fits(account, demand.hugepage_bytes, numa_aligned=numa)
+        load = node_load(account, need, policy)
+        verdict = fits(account, need.hugepage_bytes, numa_aligned=numa)
         blocked = (
             not verdict.admits
             and not verdict.unresolvable
             and account.held_bytes > 0
-            and fits(msgspec.structs.replace(account, held_bytes=0), demand.hugepage_bytes, numa_aligned=numa).admits
+            and fits(msgspec.structs.replace(account, held_bytes=0), need.hugepage_bytes, numa_aligned=numa).admits
         )
         view = reports(name) if reports is not None else ReportView(ReportState.NONE)
         report = view.report
@@ -162,7 +163,7 @@ def explain(
                 reserved_pages=account.reserved_pages,
                 inflight_pages=account.held_pages,
                 free_pages=account.free_pages,
-                need_pages=hugepages_for(demand.hugepage_bytes, account.page_size),
+                need_pages=hugepages_for(need.hugepage_bytes, account.page_size),
                 verdict=verdict.value,
                 load=load,
                 score=priority(load),
@@ -179,7 +180,7 @@ def explain(
     return Explanation(
         pod,
         resource_name,
-        demand.hugepage_bytes,
+        need.hugepage_bytes,
         demand.cpu_millis,
         policy.mode.value,
         rows,
@@ -204,12 +205,12 @@ def explain_pod(
     state.expire_reports()
     policy = state.policy_for(pod.metadata.namespace)
     demand = state.demand_of(pod)
-    nodes = sorted(state.accounts) if names is None else list(names)
+    nodes = sorted(state.nodes()) if names is None else list(names)
     max_age = policy.node_report_max_age_seconds
     tables: list[Explanation] = []
     views: list[SizeView] = []
-    for index in demand.sizes_needed or (0,):
-        size = state.sizes[index]
+    for resource_name in demand.sizes_needed or state.config.resource_names[:1]:
+        size = state.books[resource_name]
         view, _, _ = size.view_for(policy)
         accounts = size.accounts_without(pod.metadata.uid, view)
         if holds and holds.get(size.resource_name):
@@ -217,7 +218,7 @@ def explain_pod(
         tables.append(
             explain(
                 f"{pod.metadata.namespace}/{pod.metadata.name}",
-                demand.of_size(index),
+                demand,
                 nodes,
                 resource_name=size.resource_name,
                 accounts=accounts,
@@ -226,7 +227,7 @@ def explain_pod(
                 reports=lambda name, size=size: size.report_view(name, max_age),  # type: ignore[misc]
             )
         )
-        views.append(SizeView(demand.of_size(index).hugepage_bytes, accounts, Reasons.for_resource(size.resource_name)))
+        views.append(SizeView(demand.bytes_of(resource_name), accounts, Reasons.for_resource(resource_name)))
     first, *more = tables
     if not more:
         return first

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from extender.answer import FilterDecision, Outcome
@@ -30,11 +30,11 @@ OTHER_NAMESPACES = "_other"
 UNSHOWN_EVENTS = 64
 MAX_NAMES_LENGTH = 63 + 253 + 36  # a namespace, a pod name and a UID at most (only these are kept)
 
-Needs = Sequence[tuple[str, int]]
+Needs = Mapping[str, int]  # the bytes of each size the pod asks, by resource name
 
 
 class EventRecorder(Protocol):
-    def no_fit(self, pod: Pod, decision: FilterDecision, needs: Sequence[tuple[str, int]]) -> None: ...
+    def no_fit(self, pod: Pod, decision: FilterDecision, needs: Needs) -> None: ...
 
 
 class FilterObserver:
@@ -119,8 +119,7 @@ class FilterObserver:
         )
         if self.events is None:
             return
-        sized = zip(self.config.resource_names, (demand.hugepage_bytes, *demand.more_bytes), strict=False)
-        needs = [(name, need) for name, need in sized if need > 0]
+        needs = {name: need for name, need in demand.bytes_by_size.items() if need > 0}
         if result.shown:
             self.events.no_fit(pod, decision, needs)
             return
@@ -158,11 +157,10 @@ class FilterObserver:
         """A decided filter call's outcome, under each page size the pod asks, and its rejected nodes, under
         the size each one's verdict comes from."""
         m, mode, outcome = self.metrics, result.policy.mode.value, result.decision.outcome.value
-        names = self.config.resource_names
         for size in result.sizes:
-            m.child(m.filter_outcomes, mode, outcome, names[size]).inc()
+            m.child(m.filter_outcomes, mode, outcome, size).inc()
         for size, insufficient, exceeds_pool in result.rejected_by_size():
             if insufficient:
-                m.child(m.fit_rejections, mode, "insufficient", names[size]).inc(insufficient)
+                m.child(m.fit_rejections, mode, "insufficient", size).inc(insufficient)
             if exceeds_pool:
-                m.child(m.fit_rejections, mode, "exceeds_pool", names[size]).inc(exceeds_pool)
+                m.child(m.fit_rejections, mode, "exceeds_pool", size).inc(exceeds_pool)

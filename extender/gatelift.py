@@ -49,7 +49,7 @@ def lift_round(
             reach = pod.reach
             usable = usable_of[pod.kind] = [
                 name
-                for name in state.accounts
+                for name in state.nodes()
                 if (node := state.reach_of(name)) is not None and reach.may_use(name, node)
             ]
         node_name = verbs.lift(pod, usable)

@@ -12,6 +12,7 @@ import itertools
 import logging
 import random
 import time
+from collections.abc import Iterable
 from typing import Protocol
 
 from aiohttp import web
@@ -22,7 +23,7 @@ from extender.binding import Binder, BindError
 from extender.bodies import BODY_TIMEOUT_SECONDS, read_body
 from extender.bodies import done as done_with_body
 from extender.budget import KEPT, BufferLedger, Holding
-from extender.cluster import ClusterState, PodRecord
+from extender.cluster import ClusterState
 from extender.config import Config
 from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, state_document
 from extender.filterobserver import OTHER_NAMESPACES, EventRecorder, FilterObserver
@@ -33,6 +34,7 @@ from extender.nudge import NudgePacer
 from extender.podoutcome import CELLS
 from extender.policy import Mode, Policy
 from extender.quantity import quote
+from extender.records import PodRecord
 from extender.reports import ReportState
 from extender.responses import JSON, answer
 from extender.scorecard import Scorecard
@@ -245,18 +247,16 @@ class Extender:
             raise web.HTTPBadRequest(text=f"at most {MAX_STATE_NODES} nodes per request")
         self.state.expire_holds()
         document = state_document(
-            resource_name=self.config.resource_name,
             ready=self.state.ready,
             namespace=namespace,
             policy=self.config.policy_for(namespace),
             exempt=namespace in self.config.placement.exempt_namespaces,
             placement=self.config.placement,
-            holds=holds_per_node(self.state.holds(), nodes, exclude_uid=query.get("excludePod", "")),
-            node_reports=self._node_reports(nodes, self.config.policy_for(namespace)),
-            more_holds={
-                size.resource_name: holds_per_node(size.holds(), nodes, exclude_uid=query.get("excludePod", ""))
-                for size in self.state.sizes[1:]
+            holds_by_size={
+                size: holds_per_node(book.holds(), nodes, exclude_uid=query.get("excludePod", ""))
+                for size, book in self.state.books.items()
             },
+            node_reports=self._node_reports(nodes, self.config.policy_for(namespace)),
         )
         return web.json_response(document, headers={"Cache-Control": "no-store"})
 
@@ -289,17 +289,20 @@ class Extender:
             self.metrics.child(self.metrics.shadow_outcomes, row, cell).inc()
 
     def _node_reports(self, nodes: list[str] | None, policy: Policy) -> dict[str, NodeReport]:
-        """The node agents' records the extender holds, as the namespace's max age judges them."""
+        """The node agents' records the extender holds, as the namespace's max age judges them: the bytes
+        held outside pods of every size a record states them for."""
         reports: dict[str, NodeReport] = {}
         for name in self.state.reported_nodes() if nodes is None else nodes:
-            view = self.state.report_view(name, policy.node_report_max_age_seconds)
-            if view.report is None or view.report.outside_pages is None:
-                continue
-            reports[name] = NodeReport(
-                view.report.outside_pages * self.config.page_size_bytes,
-                view.age_seconds,
-                stale=view.state is ReportState.STALE,
-            )
+            for book in self.state.books.values():
+                view = book.report_view(name, policy.node_report_max_age_seconds)
+                if view.report is None or view.report.outside_pages is None:
+                    continue
+                before = reports.get(name, NodeReport(0, None, stale=False))
+                reports[name] = NodeReport(
+                    before.outside_pods_bytes + view.report.outside_pages * book.page_size,
+                    view.age_seconds,
+                    stale=before.stale or view.state is ReportState.STALE,
+                )
         return reports
 
     def waiting_summary(self) -> Waiting:
@@ -320,9 +323,12 @@ class Extender:
         self._counted(self.scorecard.tick())  # pods Ready for the settle time ran
         self._count_refused(refused)  # holds dropped as unverified
         gated = self.gated
-        waiting = self.waiting.uids()
-        uids = itertools.chain(waiting, gated.uids()) if gated is not None else waiting
-        freed = self.state.take_freed(lambda: self.state.least_waiting_need(uids))
+
+        def waiting() -> Iterable[str]:
+            uids = self.waiting.uids()
+            return itertools.chain(uids, gated.uids()) if gated is not None else uids
+
+        freed = self.state.take_freed(waiting)
         if freed:
             self.pacer.room_freed()  # room some waiting pod could fit in: a nudge requeues every one of them
         self._lift_gates(now, freed)

@@ -8,6 +8,7 @@ unreadable or absurd value is ignored, logged and counted, never stopping the st
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from decimal import Decimal
 
 import msgspec
@@ -25,26 +26,38 @@ RESERVED_ANNOTATION_PREFIX = "hugepage-extender.io/reserved-"
 
 # Holds only integers and a short string, so it can form no reference cycle: gc=False keeps
 # thousands of nodes' records out of every garbage collection.
-class NodeCapacity(msgspec.Struct, frozen=True, gc=False):
+class SizePool(msgspec.Struct, frozen=True, gc=False):
+    """A Node's pool of one page size, as its status and the manual annotation give it."""
+
     total_pages: int
     reserved_pages: int  # from the manual annotation
-    cpu_millis: int
     annotated: bool = False  # the annotation is set (and readable): it overrides the agent's record
     ignored: str = ""  # why the annotation was not read ("malformed", "absurd"), for the metric
-    more: tuple[NodeCapacity, ...] = ()  # the same for each further size guarded (ClusterState.sizes)
-    reach: NodeReach | None = None  # which pods may use it (the first size's record only)
 
 
-def node_capacity(node: Node, resource_name: str, page_size: int) -> NodeCapacity:
-    """A Node as the accounts read it: its pool in pages, the pages the manual annotation holds
-    outside pods, its CPU. An unreadable or absurd annotation is ignored and logged, and says why."""
-    allocatable = node.status.allocatable or {}
-    pool_bytes = to_units(allocatable.get(resource_name, 0))
-    cpu_millis = to_millis(allocatable.get("cpu", 0))
+class NodeCapacity(msgspec.Struct, frozen=True, gc=False):
+    """A Node's inputs to its accounts: its pool of each size guarded (by resource name), its CPU,
+    and which pods may use it."""
+
+    pools: dict[str, SizePool]
+    cpu_millis: int
+    reach: NodeReach | None = None
+
+
+def node_capacity(node: Node, pages: Mapping[str, int], reach: NodeReach | None = None) -> NodeCapacity:
+    """A Node as the accounts read it, for each size guarded (``pages``: resource name -> page size)."""
+    cpu_millis = to_millis((node.status.allocatable or {}).get("cpu", 0))
+    return NodeCapacity({name: size_pool(node, name, page) for name, page in pages.items()}, cpu_millis, reach)
+
+
+def size_pool(node: Node, resource_name: str, page_size: int) -> SizePool:
+    """A Node's pool of one size in pages, and the pages the manual annotation holds outside pods.
+    An unreadable or absurd annotation is ignored and logged, and says why."""
+    pool_bytes = to_units((node.status.allocatable or {}).get(resource_name, 0))
     reserved_annotation = RESERVED_ANNOTATION_PREFIX + resource_name
     raw = (node.metadata.annotations or {}).get(reserved_annotation)
     if raw is None:
-        return NodeCapacity(pool_bytes // page_size, 0, cpu_millis)
+        return SizePool(pool_bytes // page_size, 0)
     # Anyone who may annotate Nodes can write here: read it defensively, never
     # letting "NaN" or "1e999999" (a million-digit integer) near the arithmetic.
     try:
@@ -55,5 +68,5 @@ def node_capacity(node: Node, resource_name: str, page_size: int) -> NodeCapacit
     except (QuantityError, ArithmeticError, ValueError) as error:
         reason = "absurd" if isinstance(error, QuantityTooLarge) else "malformed"
         log.warning("node %s: annotation %s ignored (%s)", quote(node.metadata.name), reserved_annotation, error)
-        return NodeCapacity(pool_bytes // page_size, 0, cpu_millis, ignored=reason)
-    return NodeCapacity(pool_bytes // page_size, reserved_pages, cpu_millis, annotated=True)
+        return SizePool(pool_bytes // page_size, 0, ignored=reason)
+    return SizePool(pool_bytes // page_size, reserved_pages, annotated=True)

@@ -11,46 +11,50 @@ in for an absent request, as API defaulting does.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import NamedTuple
 
 from extender.objects import Container, Pod, PodSpec, ResourceList, ResourceRequirements
 from extender.quantity import INT64_MAX, QuantityError, ceil_millis, ceil_units, parse
 
 _ZERO = Decimal(0)
-_FIRST = (0,)
 
 
 @dataclass(frozen=True, slots=True)
 class PodDemand:
-    """The hugepage bytes and CPU a pod needs on the node it lands on.
+    """The hugepage bytes of each size and the CPU a pod needs on the node it lands on.
 
-    ``hugepage_bytes`` is of the first size the extender guards (``Config.resource_names``),
-    ``more_bytes`` of each further one, in order: empty in a one-size cluster, which thus pays
-    nothing for the others."""
+    ``bytes_by_size`` maps a resource name (``Config.resource_names``) to the bytes the pod asks of
+    it, in the config's order: a size the pod asks nothing of may be absent."""
 
-    hugepage_bytes: int
+    bytes_by_size: Mapping[str, int]
     cpu_millis: int
     guaranteed: bool = False  # Guaranteed QoS: what a single-numa-node Topology Manager pins to one NUMA node
-    more_bytes: tuple[int, ...] = ()
 
     @property
     def wants_hugepages(self) -> bool:
-        return self.hugepage_bytes > 0 or (bool(self.more_bytes) and any(self.more_bytes))
+        return any(need > 0 for need in self.bytes_by_size.values())
 
     @property
-    def sizes_needed(self) -> tuple[int, ...]:
-        """The sizes (indices into ``Config.resource_names``) the pod asks pages of."""
-        if not self.more_bytes:
-            return _FIRST if self.hugepage_bytes > 0 else ()
-        return tuple(index for index, need in enumerate((self.hugepage_bytes, *self.more_bytes)) if need > 0)
+    def sizes_needed(self) -> tuple[str, ...]:
+        """The sizes (resource names) the pod asks pages of, in the config's order."""
+        return tuple(name for name, need in self.bytes_by_size.items() if need > 0)
 
-    def of_size(self, index: int) -> PodDemand:
+    def bytes_of(self, resource_name: str) -> int:
+        return self.bytes_by_size.get(resource_name, 0)
+
+    def of_one(self, resource_name: str) -> SizeNeed:
         """The pod's need of one size, with its CPU: what that size's accounts judge."""
-        if index == 0:
-            return PodDemand(self.hugepage_bytes, self.cpu_millis, self.guaranteed) if self.more_bytes else self
-        need = self.more_bytes[index - 1] if index <= len(self.more_bytes) else 0
-        return PodDemand(need, self.cpu_millis, self.guaranteed)
+        return SizeNeed(self.bytes_by_size.get(resource_name, 0), self.cpu_millis)
+
+
+class SizeNeed(NamedTuple):
+    """A pod's bytes of one page size and its CPU: what one size's accounts and scores judge."""
+
+    hugepage_bytes: int
+    cpu_millis: int
 
 
 def _declared(resources: ResourceRequirements | None, name: str) -> Decimal | None:
@@ -113,40 +117,29 @@ def _guaranteed(spec: PodSpec) -> bool:
 
 def pod_demand(
     pod: Pod,
-    resource_name: str,
+    resource_names: Sequence[str],
     *,
     need_from_memory: bool,
     memory_runtime_class: str = "",
     with_qos: bool = False,
-    more_resources: tuple[str, ...] = (),
-    memory_index: int = 0,
+    memory_resource: str = "",
 ) -> PodDemand:
-    """The pod's need for ``resource_name`` (e.g. ``hugepages-2Mi``), each of ``more_resources``, and CPU.
+    """The pod's need for each of ``resource_names`` (e.g. ``hugepages-2Mi``), and its CPU.
 
     With ``need_from_memory`` (VM-backed pods whose guest RAM is backed by
     hugepages), a pod that requests no hugepages of any size needs its memory request
-    in hugepages instead, of the size ``memory_index`` names (0: ``resource_name``); with
-    ``memory_runtime_class``, only a pod of that RuntimeClass does (the others are not VMs).
-    ``with_qos``: also tell whether the pod is Guaranteed (numaAligned namespaces).
+    in hugepages instead, of the size ``memory_resource`` names (default: the first of
+    ``resource_names``); with ``memory_runtime_class``, only a pod of that RuntimeClass does
+    (the others are not VMs). ``with_qos``: also tell whether the pod is Guaranteed (numaAligned namespaces).
     """
-    hugepage_bytes = ceil_units(effective_request(pod.spec, resource_name))
-    more_bytes = tuple([ceil_units(effective_request(pod.spec, name)) for name in more_resources])
+    bytes_by_size = {name: ceil_units(effective_request(pod.spec, name)) for name in resource_names}
     counts_memory = need_from_memory and (
         not memory_runtime_class or pod.spec.runtime_class_name == memory_runtime_class
     )
-    if counts_memory and hugepage_bytes == 0 and not any(more_bytes):
-        memory = ceil_units(effective_request(pod.spec, "memory"))
-        if memory_index == 0:
-            hugepage_bytes = memory
-        else:
-            more_bytes = tuple(memory if i == memory_index - 1 else 0 for i in range(len(more_bytes)))
+    if counts_memory and not any(bytes_by_size.values()):
+        bytes_by_size[memory_resource or resource_names[0]] = ceil_units(effective_request(pod.spec, "memory"))
     cpu_millis = ceil_millis(effective_request(pod.spec, "cpu"))
-    if hugepage_bytes > INT64_MAX or (more_bytes and max(more_bytes) > INT64_MAX) or cpu_millis > INT64_MAX * 1000:
+    if max(bytes_by_size.values(), default=0) > INT64_MAX or cpu_millis > INT64_MAX * 1000:
         # Each quantity is bounded; a sum of many may still exceed anything a node offers.
         raise QuantityError("the pod's requests add up to more than any node can hold (over 2^63-1)")
-    return PodDemand(
-        hugepage_bytes=hugepage_bytes,
-        cpu_millis=cpu_millis,
-        guaranteed=with_qos and _guaranteed(pod.spec),
-        more_bytes=more_bytes,
-    )
+    return PodDemand(bytes_by_size, cpu_millis, with_qos and _guaranteed(pod.spec))

@@ -32,7 +32,7 @@ from extender.capacity import (
     numa_headroom_bytes,
 )
 from extender.columns import NodeColumns
-from extender.podrequest import PodDemand
+from extender.podrequest import PodDemand, SizeNeed
 from extender.policy import Mode, Policy
 from extender.sampling import Judge, Sample, best_of_k
 from extender.scoring import node_load, priority
@@ -209,9 +209,9 @@ def scores_per_node(
     return HostScores(candidates, np.fromiter(scores, np.int64, len(candidates)))
 
 
-def _needs(views: Sequence[SizeView], demand: PodDemand) -> list[tuple[SizeView, PodDemand]]:
-    return [(view, PodDemand(view.need, demand.cpu_millis)) for view in views]
+def _needs(views: Sequence[SizeView], demand: PodDemand) -> list[tuple[SizeView, SizeNeed]]:
+    return [(view, SizeNeed(view.need, demand.cpu_millis)) for view in views]
 
 
-def _tightest(needs: Sequence[tuple[SizeView, PodDemand]], name: str, policy: Policy) -> float:
+def _tightest(needs: Sequence[tuple[SizeView, SizeNeed]], name: str, policy: Policy) -> float:
     return max(node_load(account_of(view, name), need, policy) for view, need in needs)

@@ -90,14 +90,11 @@ def _merged(a: ExtenderState, b: ExtenderState) -> ExtenderState:
         else {**(a.node_reports or {}), **(b.node_reports or {})}
     )
     return ExtenderState(
-        resource_name=a.resource_name,
         ready=a.ready and b.ready,
         namespace=a.namespace,
         policy=a.policy,
         exempt=a.exempt,
-        holds={**a.holds, **b.holds},
+        holds_by_size={name: {**held, **b.holds_by_size.get(name, {})} for name, held in a.holds_by_size.items()},
         placement=a.placement,
         node_reports=reports,
-        resource_names=a.resource_names,
-        more_holds={name: {**held, **b.more_holds.get(name, {})} for name, held in a.more_holds.items()},
     )

@@ -13,14 +13,14 @@ import numpy.typing as npt
 
 from extender.capacity import NodeAccount, hugepages_for
 from extender.columns import NodeColumns
-from extender.podrequest import PodDemand
+from extender.podrequest import SizeNeed
 from extender.policy import Policy
 
 MAX_PRIORITY = 10  # extenderv1.MaxExtenderPriority
 NO_POOL_LOAD = 0.5  # a node without a pool, or unknown to the extender: neither free nor full
 
 
-def cpu_load(account: NodeAccount, demand: PodDemand, overcommit_ratio: float) -> float:
+def cpu_load(account: NodeAccount, demand: SizeNeed, overcommit_ratio: float) -> float:
     """(requested + allocated + pending) / (R * cpus); a node with 0 CPUs is never preferred."""
     if account.cpu_millis <= 0:
         return math.inf
@@ -28,7 +28,7 @@ def cpu_load(account: NodeAccount, demand: PodDemand, overcommit_ratio: float) -
     return busy / (overcommit_ratio * account.cpu_millis)
 
 
-def hugepage_load(account: NodeAccount, demand: PodDemand, alpha: float) -> float:
+def hugepage_load(account: NodeAccount, demand: SizeNeed, alpha: float) -> float:
     """memoryScore: (request + committed + pending + alpha * used) / pool, in bytes.
 
     No over-commit factor: the pool is physical, so the load can exceed 1.
@@ -49,7 +49,7 @@ def hugepage_load(account: NodeAccount, demand: PodDemand, alpha: float) -> floa
     return load_pages / account.total_pages
 
 
-def node_load(account: NodeAccount, demand: PodDemand, policy: Policy) -> float:
+def node_load(account: NodeAccount, demand: SizeNeed, policy: Policy) -> float:
     cpu = cpu_load(account, demand, policy.overcommit_ratio)
     if not policy.score_hugepages:
         return cpu
@@ -57,7 +57,7 @@ def node_load(account: NodeAccount, demand: PodDemand, policy: Policy) -> float:
 
 
 def priorities(
-    demand: PodDemand, slots: npt.NDArray[np.intp], columns: NodeColumns, policy: Policy
+    demand: SizeNeed, slots: npt.NDArray[np.intp], columns: NodeColumns, policy: Policy
 ) -> npt.NDArray[np.int64]:
     """``priority(node_load(...))`` for many nodes at once, with the same arithmetic in
     the same order, so every score equals the scalar one (a property test holds them equal)."""
@@ -70,7 +70,7 @@ def priorities_of(load: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
 
 
 def loads(
-    demand: PodDemand, slots: npt.NDArray[np.intp], columns: NodeColumns, policy: Policy
+    demand: SizeNeed, slots: npt.NDArray[np.intp], columns: NodeColumns, policy: Policy
 ) -> npt.NDArray[np.float64]:
     """``node_load(...)`` for many nodes at once, with the same arithmetic in the same order."""
     page = columns.column("page_size")[slots]

@@ -21,7 +21,7 @@ def create_app(extender: Extender) -> web.Application:
     # A lambda, not the bound method: a relist replaces the accounts dict.
     # Read at scrape time through the state: a relist replaces its accounts dict.
     extender.metrics.watch_pools(
-        {size.resource_name: (lambda size=size: size.accounts.values()) for size in extender.state.sizes}  # type: ignore[misc]
+        {name: (lambda book=book: book.accounts.values()) for name, book in extender.state.books.items()}  # type: ignore[misc]
     )
     extender.metrics.watch_waiting(extender.waiting_summary)
     for verb, handler in (("filter", extender.filter), ("prioritize", extender.prioritize), ("bind", extender.bind)):

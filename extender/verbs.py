@@ -104,14 +104,14 @@ class FilterResult:
     refused: int = 0  # holds refused or dropped as not their pod's own during this call
     shown: bool = False  # the watch shows this pod under its UID (a made-up pod gets no Event)
     window_retry: int = 0  # answer an Error: nodes not sent would hold the pod (extender/window.py); its number
-    sizes: tuple[int, ...] = (0,)  # the sizes decided on (indices into Config.resource_names), in the decision's order
+    sizes: tuple[str, ...] = ()  # the sizes decided on (resource names), in the decision's order
 
-    def rejected_by_size(self) -> Iterator[tuple[int, int, int]]:
+    def rejected_by_size(self) -> Iterator[tuple[str, int, int]]:
         """(size, insufficient, exceeds_pool): the rejected nodes by the size their verdict comes from (the
         first size no pod leaving could make room in, else the first without room: the reason sent)."""
         decision = self.decision
-        if not decision.by_size:  # one size decided on: every rejection is its own
-            yield self.sizes[0], decision.insufficient, decision.exceeds_pool
+        if not decision.by_size:  # at most one size decided on: every rejection is its own
+            yield from ((size, decision.insufficient, decision.exceeds_pool) for size in self.sizes)
             return
         for size, (insufficient, exceeds_pool) in zip(self.sizes, decision.by_size, strict=True):
             yield size, insufficient, exceeds_pool
@@ -129,7 +129,7 @@ class ExtenderVerbs:
     ) -> None:
         self.config = config
         self.state = state
-        self.size_reasons = tuple(Reasons.for_resource(name) for name in config.resource_names)
+        self.size_reasons = {name: Reasons.for_resource(name) for name in config.resource_names}
         self.hold_in_flight = hold_in_flight  # False only to measure what the holds are worth
         self.verify_holds = verify_holds  # a live cluster: holds need their pod shown by the watch
         self.rng = rng or random.Random()  # best-of-K draws; seedable for tests and the replay
@@ -178,7 +178,7 @@ class ExtenderVerbs:
             policy = self.config.policy_for(namespace)
         owner = f"{namespace}/{name}"
         refused_before = self.refused_holds
-        sizes = demand.sizes_needed or (0,)  # the sizes decided on (none asked: the first, passed through)
+        sizes = demand.sizes_needed  # the sizes decided on (none asked: the pod is passed through)
 
         def result(decision: FilterDecision, held: bool = False, window_retry: int = 0) -> FilterResult:
             shown = self.state.owner_of(uid) == owner
@@ -191,7 +191,7 @@ class ExtenderVerbs:
             # A new attempt for this pod: its previous attempt's hold is over, and must not
             # count against the pod itself.
             self.state.release(uid)
-        views = [self._size_view(index, demand, uid, owner, policy) for index in sizes]
+        views = [self._size_view(size, demand, uid, owner, policy) for size in sizes]
         decision = filter_sizes(demand, candidates, views=views, policy=policy, rng=self.rng)
         if not (own and uid):
             self.refused_holds += bool(uid)
@@ -223,9 +223,9 @@ class ExtenderVerbs:
             self._unverified.append((self.state.now() + UNVERIFIED_HOLD_SECONDS, uid))
         return self.state.hold(uid, decision.nodes_to_hold, demand, policy.hold_timeout_seconds)
 
-    def _size_view(self, index: int, demand: PodDemand, uid: str, owner: str, policy: Policy) -> SizeView:
+    def _size_view(self, size: str, demand: PodDemand, uid: str, owner: str, policy: Policy) -> SizeView:
         """What the filter reads of one size's accounts for this pod."""
-        state = self.state.sizes[index]
+        state = self.state.books[size]
         # The namespace's view: its own nodeReportMaxAgeSeconds may judge records differently.
         accounts, view_headroom, differs = state.view_for(policy)
         headroom: Mapping[str, int] | None = view_headroom
@@ -238,8 +238,8 @@ class ExtenderVerbs:
             if without is not accounts:
                 accounts, headroom, differs = without, None, True
         # The columns are brought up to date only when a decision reads them. They hold the defaults' view.
-        need = demand.of_size(index).hugepage_bytes
-        return SizeView(need, accounts, self.size_reasons[index], headroom, None if differs else state.columns)
+        need = demand.bytes_of(size)
+        return SizeView(need, accounts, self.size_reasons[size], headroom, None if differs else state.columns)
 
     def prioritize_pod(self, pod: Pod, candidates: Sequence[str]) -> HostScores:
         """``prioritize`` for a pod as the scheduler sends it: its namespace's policy looked up once."""
@@ -260,14 +260,13 @@ class ExtenderVerbs:
         if policy is None:
             policy = self.config.policy_for(namespace)
         views = []
-        for index in demand.sizes_needed or (0,):
-            state = self.state.sizes[index]
+        for size in demand.sizes_needed:
+            state = self.state.books[size]
             view, _, _ = state.view_for(policy)
             accounts = state.accounts_without(uid, view)
             # The columns hold no overlay (they are brought up to date only when read).
             columns = state.columns if accounts is state.accounts else None
-            need = demand.of_size(index).hugepage_bytes
-            views.append(SizeView(need, accounts, self.size_reasons[index], columns=columns))
+            views.append(SizeView(demand.bytes_of(size), accounts, self.size_reasons[size], columns=columns))
         return prioritize_sizes(demand, candidates, views=views, policy=policy)
 
     def bind_refusal(self, uid: str, namespace: str, name: str, node: str) -> str | None:
@@ -281,7 +280,7 @@ class ExtenderVerbs:
         if filtered.owner != f"{namespace}/{name}":
             return "not bound: the pod's namespace and name differ from the pod filtered under this UID"
         admitted = filtered.admitted
-        if (node not in admitted) if admitted is not None else (node not in self.state.accounts):
+        if (node not in admitted) if admitted is not None else (node not in self.state.nodes()):
             return "not bound: the node is not one this extender's filter admitted for the pod"
         return None
 
@@ -331,9 +330,9 @@ class ExtenderVerbs:
         """Why ``node`` would turn the filtered pod away now, None when it holds it."""
         demand, policy = filtered.demand, filtered.policy
         views = []
-        for index in demand.sizes_needed:
-            view = self._size_view(index, demand, uid, filtered.owner, policy)
-            without_own = self.state.sizes[index].accounts_without(uid, view.accounts)
+        for size in demand.sizes_needed:
+            view = self._size_view(size, demand, uid, filtered.owner, policy)
+            without_own = self.state.books[size].accounts_without(uid, view.accounts)
             views.append(SizeView(view.need, without_own, view.reasons))
         verdict, view = size_verdict(views, node, numa=policy.numa_aligned and demand.guaranteed)
         return None if verdict.admits else view.reasons.of(verdict)
@@ -361,7 +360,7 @@ class ExtenderVerbs:
         if not usable or self.state.owner_of(pod.uid) != pod.owner:
             return None
         sizes = demand.sizes_needed
-        views = [self._size_view(index, demand, pod.uid, pod.owner, policy) for index in sizes]
+        views = [self._size_view(size, demand, pod.uid, pod.owner, policy) for size in sizes]
         decision = filter_sizes(demand, usable, views=views, policy=policy, rng=self.rng)
         if not decision.passed:
             return None
@@ -400,7 +399,7 @@ class ExtenderVerbs:
         return self.window_retries.retry(
             uid,
             candidates=len(candidates),
-            nodes=reach.scanned(state.accounts),
+            nodes=reach.scanned(state.nodes()),
             percentage=self.config.percentage_of_nodes_to_score,
             now=state.now(),
             room=lambda: room_anywhere(views, numa=numa, may_use=may_use),

@@ -93,7 +93,7 @@ class Variant:
         else:
             off = Policy(mode=Mode.OFF, need_from_memory=True, hold_timeout_seconds=hold_timeout_seconds)
             placement = PolicyTable(defaults=off, namespaces={self.namespace: policy})
-        return Config(resource_name=RESOURCE_NAME, page_size_bytes=PAGE_SIZE_BYTES, placement=placement)
+        return Config(resource_names=(RESOURCE_NAME,), placement=placement)
 
 
 _E = TypeVar("_E", bound=StrEnum)

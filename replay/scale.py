@@ -60,7 +60,7 @@ def nearly_full_cluster(node_count: int, fitting: int, seed: int) -> ClusterStat
     specs = [
         NodeSpec(f"node-{i:05d}", pool_pages, 0 if i in roomy else full_outside, 32_000) for i in range(node_count)
     ]
-    state = ClusterState(Config(resource_name=RESOURCE_NAME, page_size_bytes=PAGE_SIZE_BYTES))
+    state = ClusterState(Config(resource_names=(RESOURCE_NAME,)))
     state.replace([node_object(s) for s in specs], [])
     return state
 
@@ -78,10 +78,8 @@ def timed_decision(
     """One decision as the scheduler would ask for it: filter (with the hold an enforcing filter
     makes, as server.py does), then prioritize if several nodes pass. The hold is released
     afterwards, untimed, so every decision sees the same cluster."""
-    demand = PodDemand(hugepage_bytes=NEED_BYTES, cpu_millis=1000)
-    config = Config(
-        resource_name=RESOURCE_NAME, page_size_bytes=PAGE_SIZE_BYTES, placement=PolicyTable(defaults=policy)
-    )
+    demand = PodDemand({RESOURCE_NAME: NEED_BYTES}, cpu_millis=1000)
+    config = Config(resource_names=(RESOURCE_NAME,), placement=PolicyTable(defaults=policy))
     verbs = ExtenderVerbs(config, state, rng=rng)
     started = time.perf_counter()
     decision = verbs.filter(PROBE_UID, "scale", demand, names).decision
@@ -99,7 +97,7 @@ def measure_widening_cost(
     for fraction in settings.fitting_fractions:
         fitting = round(settings.node_count * fraction)
         state = nearly_full_cluster(settings.node_count, fitting, seed)
-        names = sorted(state.accounts)
+        names = sorted(state.nodes())
         rngs = [random.Random(f"{seed}/scale-draws/{label}") for label, _ in STRATEGIES]
         observed = [_Observed() for _ in STRATEGIES]
         # Round robin over the strategies: a burst of other load on the machine

@@ -400,7 +400,7 @@ class Replay:
         """The scheduler's cycle for one pod: in-tree CPU fit, extender filter, scores, pick."""
         pod = pod_object(plan)
         demand = self.state.demand_of(pod)
-        need_pages = hugepages_for(demand.hugepage_bytes, PAGE_SIZE_BYTES)
+        need_pages = hugepages_for(demand.bytes_of(RESOURCE_NAME), PAGE_SIZE_BYTES)
         step_index = self.step_at(self.now)
         step = self.steps[step_index]
         namespace = self.namespaces[plan.namespace]
@@ -474,16 +474,18 @@ class Replay:
         # Which term of max(cpuLoad, memLoad) set the chosen node's load, as prioritize
         # scored it (without the pod's own hold): the evidence for whether CPU over-commit
         # ever decides a placement.
-        account = self.state.accounts_without(uid).get(node, UNKNOWN_ACCOUNT)
+        account = self.state.books[RESOURCE_NAME].accounts_without(uid).get(node, UNKNOWN_ACCOUNT)
         step.picks += 1
-        if cpu_load(account, demand, policy.overcommit_ratio) > hugepage_load(account, demand, policy.alpha):
+        need = demand.of_one(RESOURCE_NAME)
+        if cpu_load(account, need, policy.overcommit_ratio) > hugepage_load(account, need, policy.alpha):
             step.cpu_dominant += 1
 
     def shadow_prediction(self, node: str, demand: PodDemand, policy: Policy) -> bool | None:
         """Would shadow have rejected the chosen node? The same ``fits`` its counter uses."""
         if policy.mode is not Mode.SHADOW:
             return None
-        return not fits(self.state.accounts.get(node, UNKNOWN_ACCOUNT), demand.hugepage_bytes).admits
+        account = self.state.books[RESOURCE_NAME].accounts.get(node, UNKNOWN_ACCOUNT)
+        return not fits(account, demand.bytes_of(RESOURCE_NAME)).admits
 
     def land(self, flight: Flight) -> None:
         """The node admits the pod if its real pool holds it now; the extender hears either way."""

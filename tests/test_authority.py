@@ -8,12 +8,12 @@ import random
 import pytest
 
 from extender.cluster import ClusterState
-from extender.config import build_config, holds_need_bind
+from extender.config import DEFAULT_RESOURCE, build_config, holds_need_bind
 from extender.podrequest import PodDemand
 from extender.verbs import UNVERIFIED_HOLD_SECONDS, ExtenderVerbs
 from tests.conftest import Clock, GiB, make_node, make_pod
 
-NEED = PodDemand(hugepage_bytes=1 * GiB, cpu_millis=100)
+NEED = PodDemand({DEFAULT_RESOURCE: 1 * GiB}, cpu_millis=100)
 NODES = [f"n{i}" for i in range(6)]
 CONFIG = {"defaults": {"mode": "enforce", "sampleSize": 6, "holdTimeoutSeconds": 30}}
 
@@ -61,8 +61,8 @@ def test_made_up_pods_never_keep_a_real_pod_off_a_pool(state: ClusterState, cloc
     assert v.filter(other, "team", NEED, NODES[1:], name="other").decision.passed
     # Past the window the made-up holds are gone, and their UIDs hold nothing again.
     clock.now += UNVERIFIED_HOLD_SECONDS + 0.1
-    v.filter("x", "team", PodDemand(0, 0), NODES, name="x")
-    assert set(state.holds()) == {real, other}
+    v.filter("x", "team", PodDemand({DEFAULT_RESOURCE: 0}, 0), NODES, name="x")
+    assert set(state.books[DEFAULT_RESOURCE].holds()) == {real, other}
     assert v.filter("fake-0", "team", NEED, NODES, name="fake-0").held is False
 
 
@@ -82,8 +82,8 @@ def test_a_pod_the_watch_has_not_shown_yet_holds_until_it_is_shown(state: Cluste
     clock.now += 1
     state.apply_pod(make_pod("early", "team", uid="early", hugepages="1Gi"))
     clock.now += UNVERIFIED_HOLD_SECONDS
-    v.filter("x", "team", PodDemand(0, 0), NODES, name="x")  # any call drops what expired
-    assert "early" in state.holds()
+    v.filter("x", "team", PodDemand({DEFAULT_RESOURCE: 0}, 0), NODES, name="x")  # any call drops what expired
+    assert "early" in state.books[DEFAULT_RESOURCE].holds()
 
 
 def test_another_namespace_cannot_cancel_or_take_over_a_pods_hold(state: ClusterState) -> None:
@@ -91,9 +91,9 @@ def test_another_namespace_cannot_cancel_or_take_over_a_pods_hold(state: Cluster
     real = waiting(state, "real")
     assert v.filter(real, "team", NEED, NODES[:1], name="real").held
     # The same UID from elsewhere: decided (the answer is harmless) but the hold stays the real pod's.
-    held = v.filter(real, "attacker", PodDemand(2 * GiB, 0), NODES[1:2], name="real").held
+    held = v.filter(real, "attacker", PodDemand({DEFAULT_RESOURCE: 2 * GiB}, 0), NODES[1:2], name="real").held
     assert not held
-    assert state.holds()[real].nodes == ("n0",)
+    assert state.books[DEFAULT_RESOURCE].holds()[real].nodes == ("n0",)
     assert v.refused_holds == 1
 
 
@@ -101,7 +101,7 @@ def test_without_a_watch_a_uid_stays_with_the_pod_that_first_held_it(state: Clus
     v = ExtenderVerbs(build_config(CONFIG, {}), state, rng=random.Random(1))  # snapshot mode: nothing to verify
     assert v.filter("u1", "team", NEED, NODES[:1], name="a").held
     assert not v.filter("u1", "other", NEED, NODES[1:2], name="a").held
-    assert state.holds()["u1"].nodes == ("n0",)
+    assert state.books[DEFAULT_RESOURCE].holds()["u1"].nodes == ("n0",)
 
 
 @pytest.mark.parametrize(
@@ -131,7 +131,7 @@ def test_bind_only_a_pod_filtered_to_a_node_admitted(  # noqa: PLR0917 (the tabl
 
 def test_bind_authority_covers_pods_without_hugepages_too(state: ClusterState) -> None:
     v = verbs(state)
-    v.filter("plain", "team", PodDemand(0, 100), NODES, name="web")
+    v.filter("plain", "team", PodDemand({DEFAULT_RESOURCE: 0}, 100), NODES, name="web")
     assert v.bind_refusal("plain", "team", "web", "n3") is None
     assert v.bind_refusal("plain", "team", "web", "elsewhere") is not None
 
@@ -142,7 +142,9 @@ def test_remembered_pods_are_bounded_in_count_and_in_names() -> None:
     v = ExtenderVerbs(build_config(CONFIG, {}), state)
     names = [f"node-{i}" for i in range(5_000)]
     for i in range(12_000):
-        v.filter(f"u{i}", "team", PodDemand(0, 0), list(names), name=f"p{i}")  # a new list each call
+        v.filter(
+            f"u{i}", "team", PodDemand({DEFAULT_RESOURCE: 0}, 0), list(names), name=f"p{i}"
+        )  # a new list each call
     assert len(v._recent) == 10_000
     assert all(f.admitted is None for f in v._recent.values())  # no list of 5,000 names kept
     # Every candidate admitted: a node this extender knows may be bound to.

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from extender.binding import BindingArgs
 from extender.cluster import ClusterState
-from extender.config import build_config
+from extender.config import DEFAULT_RESOURCE, build_config
 from extender.handlers import Extender
 from extender.holds import HOLD_LIMIT
 from extender.metrics import Metrics
@@ -29,7 +29,7 @@ from extender.verbs import BindResult, ExtenderVerbs
 from tests.conftest import Clock, GiB, MiB, examples, make_node, make_pod, pod_json
 
 EVERY_NODE = {"defaults": {"mode": "enforce", "sampleSize": 0}}
-HALF = PodDemand(hugepage_bytes=512 * MiB, cpu_millis=100)
+HALF = PodDemand({DEFAULT_RESOURCE: 512 * MiB}, cpu_millis=100)
 # More nodes with room than a filter's hold covers (HOLD_LIMIT): every one admitted, none held.
 NAMES = [f"n{i:02d}" for i in range(HOLD_LIMIT + 1)]
 
@@ -70,7 +70,7 @@ def test_two_pods_admitted_to_the_last_room_only_the_first_bind_takes_it() -> No
     assert "Insufficient hugepages-2Mi" in late.refusal
     assert "second" not in late.refusal  # nothing from the request
     assert not late.held
-    assert state.accounts[a].free_pages == 0  # never over: 1 running + 1 held of 2 slots
+    assert state.books[DEFAULT_RESOURCE].accounts[a].free_pages == 0  # never over: 1 running + 1 held of 2 slots
     # Retried (a new filter), it goes where there is room.
     assert a not in v.filter(second, "team", HALF, NAMES, name="second").decision.passed
     assert v.bind_start(second, "team", "second", b).result is BindResult.BOUND
@@ -83,10 +83,10 @@ def test_the_pods_own_hold_never_refuses_its_bind() -> None:
     v = verbs(state)
     uid = shown(state, "p", hugepages="512Mi")
     assert v.filter(uid, "team", HALF, ["a", "b"], name="p").held
-    assert state.accounts["a"].free_pages == 0
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].free_pages == 0
     start = v.bind_start(uid, "team", "p", "a")
     assert (start.refusal, start.held) == (None, True)
-    assert {uid: hold.nodes for uid, hold in state.holds().items()} == {uid: ("a",)}
+    assert {uid: hold.nodes for uid, hold in state.books[DEFAULT_RESOURCE].holds().items()} == {uid: ("a",)}
 
 
 def test_a_refused_bind_releases_the_pods_holds() -> None:
@@ -97,7 +97,7 @@ def test_a_refused_bind_releases_the_pods_holds() -> None:
     # A pod bound to "a" by someone else (another scheduler) since: "a" can no longer hold p.
     state.apply_pod(make_pod("vm", "other", hugepages="768Mi", node="a", phase="Running"))
     assert v.bind_start(uid, "team", "p", "a").result is BindResult.NO_ROOM
-    assert uid not in state.holds()  # its bind is over; the retry filters afresh
+    assert uid not in state.books[DEFAULT_RESOURCE].holds()  # its bind is over; the retry filters afresh
 
 
 def test_numa_where_the_policy_pins_the_pod() -> None:
@@ -106,9 +106,9 @@ def test_numa_where_the_policy_pins_the_pod() -> None:
     document = {"defaults": {"mode": "enforce", "sampleSize": 0, "numaAligned": True}}
     state = loaded(document, [make_node(name, hugepages="2Gi") for name in NAMES], clock)
     for name in NAMES:
-        state.apply_report(name, PoolReport(clock.now, "test", 1024, 0, 0, 0, (256, 256)))
+        state.apply_report(name, {DEFAULT_RESOURCE: (PoolReport(clock.now, "test", 1024, 0, 0, 0, (256, 256)), None)})
     v = verbs(state)
-    pinned = PodDemand(512 * MiB, 100, guaranteed=True)
+    pinned = PodDemand({DEFAULT_RESOURCE: 512 * MiB}, 100, guaranteed=True)
     first, second, loose = (shown(state, name, hugepages="512Mi") for name in ("first", "second", "loose"))
     for uid, name, demand in ((first, "first", pinned), (second, "second", pinned), (loose, "loose", HALF)):
         result = v.filter(uid, "team", demand, NAMES, name=name)
@@ -128,7 +128,7 @@ def test_every_size_the_pod_asks() -> None:
     nodes = [msgspec.convert({"metadata": {"name": n}, "status": {"allocatable": allocatable}}, Node) for n in NAMES]
     state = loaded(document, nodes)
     v = verbs(state)
-    both = PodDemand(512 * MiB, 100, more_bytes=(1 * GiB,))
+    both = PodDemand({"hugepages-2Mi": 512 * MiB, "hugepages-1Gi": GiB}, 100)
     uids = [shown(state, name) for name in ("first", "second")]
     for uid, name in zip(uids, ("first", "second"), strict=True):
         result = v.filter(uid, "team", both, NAMES, name=name)
@@ -139,7 +139,7 @@ def test_every_size_the_pod_asks() -> None:
     assert refused.result is BindResult.NO_ROOM
     assert refused.refusal is not None
     assert "hugepages-1Gi" in refused.refusal
-    assert state.sizes[1].accounts["n00"].free_pages == 0
+    assert state.books["hugepages-1Gi"].accounts["n00"].free_pages == 0
 
 
 def test_a_bind_for_a_pod_the_watch_has_not_shown_holds_against_every_pod_until_its_binding_fails() -> None:

@@ -4,20 +4,20 @@ from pathlib import Path
 
 import pytest
 
-from extender.config import ConfigError, build_config
+from extender.config import ConfigError, build_config, page_size_of
 from extender.configfile import load_config
 from extender.policy import Mode, Policy, Widening
 
 
 def test_empty_config_is_the_built_in_defaults() -> None:
     config = build_config(None, {})
-    assert config.resource_name == "hugepages-2Mi"
-    assert config.page_size_bytes == 2 * 1024 * 1024
+    assert config.resource_names[0] == "hugepages-2Mi"
+    assert page_size_of(config.resource_names[0]) == 2 * 1024 * 1024
     assert config.policy_for("anything") == Policy()
 
 
 def test_one_gi_pages() -> None:
-    assert build_config({"resourceName": "hugepages-1Gi"}, {}).page_size_bytes == 1 << 30
+    assert page_size_of(build_config({"resourceName": "hugepages-1Gi"}, {}).resource_names[0]) == 1 << 30
 
 
 def test_namespace_entries_inherit_the_defaults_and_override_only_their_keys() -> None:

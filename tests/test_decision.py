@@ -6,6 +6,7 @@ import pytest
 
 from extender.answer import FilterDecision, Outcome, Reasons
 from extender.capacity import NodeAccount
+from extender.config import DEFAULT_RESOURCE
 from extender.decision import filter_nodes, prioritize_nodes
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy, Widening
@@ -14,7 +15,7 @@ from tests.conftest import make_account
 MiB = 1024 * 1024
 PAGE = 2 * MiB
 REASONS = Reasons.for_resource("hugepages-2Mi")
-NEED = PodDemand(hugepage_bytes=512 * MiB, cpu_millis=1000)  # 256 pages
+NEED = PodDemand({DEFAULT_RESOURCE: 512 * MiB}, cpu_millis=1000)  # 256 pages
 
 
 ACCOUNTS = {
@@ -97,7 +98,12 @@ def test_off_is_todays_behaviour() -> None:
 def test_pods_without_hugepages_pass_in_every_mode(mode: Mode) -> None:
     policy = Policy(mode=mode)
     d = filter_nodes(
-        PodDemand(0, 1000), ["full", "small"], accounts=ACCOUNTS, policy=policy, reasons=REASONS, rng=random.Random()
+        PodDemand({DEFAULT_RESOURCE: 0}, 1000),
+        ["full", "small"],
+        accounts=ACCOUNTS,
+        policy=policy,
+        reasons=REASONS,
+        rng=random.Random(),
     )
     assert d.passed == ["full", "small"]
     assert d.outcome is Outcome.PASSTHROUGH

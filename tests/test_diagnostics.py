@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from extender.capacity import NodeAccount
 from extender.cli import main as cli_main
+from extender.config import DEFAULT_RESOURCE
 from extender.diagnose import PodNameError, split_pod_name
 from extender.diagnostics import (
     NodeHolds,
@@ -80,19 +81,18 @@ def test_state_document_round_trips_and_holds_no_pod_identity() -> None:
     )
     holds = holds_per_node({"uid-secret-pod": Hold(("n1",), GI, 250, 9.0)})
     document = state_document(
-        resource_name="hugepages-2Mi",
         ready=True,
         namespace="vms",
         policy=placement.policy_for("vms"),
         exempt=False,
-        holds=holds,
+        holds_by_size={"hugepages-2Mi": holds},
         placement=placement,
     )
     body = json.dumps(document).encode()
     assert b"uid-secret-pod" not in body
     state = parse_state_document(body)
     assert state.policy == Policy(mode=Mode.ENFORCE, need_from_memory=True)
-    assert state.holds == {"n1": NodeHolds(GI, 250, 1)}
+    assert state.holds_by_size["hugepages-2Mi"] == {"n1": NodeHolds(GI, 250, 1)}
     assert state.placement == placement
     assert state.node_reports is None
     # The keys scripts read are fixed (version 1).
@@ -145,7 +145,7 @@ def test_explain_says_when_only_holds_in_flight_keep_a_pod_off_a_node() -> None:
     )
     result = explain(
         "default/p",
-        PodDemand(hugepage_bytes=512 * MI, cpu_millis=0),
+        PodDemand({DEFAULT_RESOURCE: 512 * MI}, cpu_millis=0),
         ["n1", "n2"],
         resource_name="hugepages-2Mi",
         accounts=accounts,
@@ -241,13 +241,13 @@ async def test_state_shows_holds_policy_and_not_the_pod(aiohttp_client: ClientFa
     assert b"uid-web-0" not in body
     assert b"web-0" not in body
     state = parse_state_document(body)
-    assert state.holds == {"roomy": NodeHolds(GI, 1000, 1), "full": NodeHolds()}
+    assert state.holds_by_size[DEFAULT_RESOURCE] == {"roomy": NodeHolds(GI, 1000, 1), "full": NodeHolds()}
     assert state.policy.need_from_memory
     assert state.ready
 
     # The pod's own hold is left out when it asks about itself.
     mine = await client.get("/debug/state", params={"namespace": "default", "excludePod": "uid-web-0"})
-    assert parse_state_document(await mine.read()).holds == {}
+    assert parse_state_document(await mine.read()).holds_by_size[DEFAULT_RESOURCE] == {}
     too_many = await client.get("/debug/state", params={"nodes": ",".join(f"n{i}" for i in range(101))})
     assert too_many.status == 400
 
@@ -339,7 +339,7 @@ def test_plugin_reports_an_unreachable_api_in_one_line(tmp_path: Path, capsys: p
 def test_explanation_json_keys_are_stable() -> None:
     result = explain(
         "default/p",
-        PodDemand(hugepage_bytes=GI, cpu_millis=0),
+        PodDemand({DEFAULT_RESOURCE: GI}, cpu_millis=0),
         ["n1"],
         resource_name="hugepages-2Mi",
         accounts={"n1": make_account(512)},

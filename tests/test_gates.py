@@ -7,6 +7,7 @@ import msgspec
 from kubernetes.client import ApiClient
 
 from extender.cluster import ClusterState
+from extender.config import DEFAULT_RESOURCE
 from extender.gatelift import LIFTS_PER_ROUND
 from extender.gates import GATE, GatedPod, GatedPods, gate_index
 from extender.handlers import Extender
@@ -87,7 +88,7 @@ def test_lifts_follow_the_room_in_the_queues_order_and_hold_it() -> None:
     tick(extender)
     # 2 GiB of room: the high-priority pod first, then by creation; "later" finds none left.
     assert lifts.sent == ["urgent", "early", "late"]
-    assert sum(account.held_bytes for account in state.accounts.values()) == 2 << 30
+    assert sum(account.held_bytes for account in state.books[DEFAULT_RESOURCE].accounts.values()) == 2 << 30
     tick(extender)
     assert lifts.sent == ["urgent", "early", "late"]  # nothing freed, nothing new: no round
     # "early" is bound elsewhere and its hold goes: room frees, the next in line is lifted.
@@ -104,7 +105,7 @@ def test_a_lifted_pod_leaves_the_gate_and_its_hold_ends_at_its_filter() -> None:
     show(informer, pod)
     tick(extender)
     assert lifts.sent == ["vm"]
-    assert state.accounts["a"].held_bytes == 1 << 30
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].held_bytes == 1 << 30
     lifted = msgspec.structs.replace(pod, spec=msgspec.structs.replace(pod.spec, scheduling_gates=[]))
     show(informer, lifted)
     assert extender.gated is not None
@@ -119,7 +120,7 @@ def test_pods_with_nothing_to_wait_for_are_lifted_at_once_holding_nothing() -> N
     show(informer, gated("in-shadow", "4Gi", namespace="canary"), gated("no-pages", "0"))
     tick(extender)
     assert sorted(lifts.sent) == ["in-shadow", "no-pages"]
-    assert state.accounts["a"].held_bytes == 0
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].held_bytes == 0
 
 
 def test_only_the_extenders_gate_is_ours() -> None:
@@ -141,7 +142,7 @@ def test_lifts_past_the_budget_are_dropped_counted_and_hold_nothing() -> None:
     show(informer, gated("first"), gated("second"))
     tick(extender)
     assert lifts.sent == ["first"]
-    assert state.accounts["a"].held_bytes == 512 << 20
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].held_bytes == 512 << 20
     dropped = extender.metrics.child(extender.metrics.api_writes, "gate", "dropped")
     assert dropped._value.get() == 1
 

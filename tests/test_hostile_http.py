@@ -17,6 +17,7 @@ from aiohttp import web
 
 from extender.binding import BindingArgs
 from extender.cluster import ClusterState
+from extender.config import DEFAULT_RESOURCE
 from extender.handlers import Extender
 from extender.limits import app_runner
 from extender.server import create_app
@@ -275,7 +276,9 @@ async def test_a_made_up_demand_for_a_pod_the_watch_shows_neither_holds_nor_bind
     # A need of 3.5Gi holds 1Gi, its real need: another 1Gi pod still fits the 4Gi pool beside it.
     status, answer = await post(client, "filter", pod_args("db", "tenant", hugepages="3584Mi"))
     assert msgspec.json.decode(answer)["NodeNames"] == ["roomy"]
-    assert {uid: hold.hugepage_bytes for uid, hold in state.holds().items()} == {"uid-tenant-db": 1 << 30}
+    assert {uid: hold.hugepage_bytes for uid, hold in state.books[DEFAULT_RESOURCE].holds().items()} == {
+        "uid-tenant-db": 1 << 30
+    }
     state.apply_pod(make_pod("web", "other", hugepages="2Gi", cpu="1"))
     status, answer = await post(client, "filter", pod_args("web", "other", hugepages="2Gi"))
     assert msgspec.json.decode(answer)["NodeNames"] == ["roomy"]

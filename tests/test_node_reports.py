@@ -14,13 +14,13 @@ from prometheus_client import generate_latest
 from extender.answer import Reasons
 from extender.capacity import Fit, fits
 from extender.cluster import ClusterState
-from extender.config import build_config
+from extender.config import DEFAULT_RESOURCE, build_config
 from extender.decision import filter_nodes
 from extender.diagnostics import parse_state_document
 from extender.explain import explain, render_table
 from extender.handlers import Extender
 from extender.metrics import Metrics
-from extender.nodereport import ReportError, read_report, report_record
+from extender.nodereport import ReportError, read_report
 from extender.podrequest import PodDemand
 from extender.policy import Mode, Policy
 from extender.reports import ReportState
@@ -68,7 +68,7 @@ def make_state(config: dict[str, Any] | None = None) -> tuple[ClusterState, Cloc
 
 
 def apply(state: ClusterState, node: str, document: Any) -> None:
-    state.apply_report(*report_record(node, raw(document), RESOURCE, PAGE))
+    state.apply_report(*state.report_record(node, raw(document)))
 
 
 @pytest.mark.parametrize(
@@ -90,9 +90,9 @@ def test_what_a_record_changes(case: str, node: str, report: Any, total: int, re
     state, _ = make_state()
     if report is not None:
         apply(state, node, report)
-    account = state.accounts[node]
+    account = state.books[DEFAULT_RESOURCE].accounts[node]
     assert (account.total_pages, account.reserved_pages) == (total, reserved), case
-    assert state.headroom[node] == (total - account.used_pages - reserved) * PAGE, case
+    assert state.books[DEFAULT_RESOURCE].headroom[node] == (total - account.used_pages - reserved) * PAGE, case
 
 
 def test_none_counts_the_nodes_whose_outside_pages_nobody_states() -> None:
@@ -112,61 +112,62 @@ def test_none_counts_the_nodes_whose_outside_pages_nobody_states() -> None:
 def test_a_record_goes_stale_and_the_node_falls_back_visibly() -> None:
     state, wall = make_state({"defaults": {"nodeReportMaxAgeSeconds": 60}})
     apply(state, "a", report_json(age=10, outside=900))
-    assert state.accounts["a"].reserved_pages == 900
-    assert fits(state.accounts["a"], 200 * PAGE) is Fit.HELD_OUTSIDE  # 1024 - 900 = 124 < 200
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].reserved_pages == 900
+    assert fits(state.books[DEFAULT_RESOURCE].accounts["a"], 200 * PAGE) is Fit.HELD_OUTSIDE  # 1024 - 900 = 124 < 200
     wall.now += 49  # age 59 s: still fresh
     state.expire_reports()
-    assert state.accounts["a"].reserved_pages == 900
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].reserved_pages == 900
     wall.now += 2  # age 61 s
     state.expire_reports()
-    assert state.accounts["a"].reserved_pages == 0
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].reserved_pages == 0
     assert state.stale_reports == 1
     assert state.report_counts()[ReportState.STALE] == 1
-    assert state.report_view("a").state is ReportState.STALE
+    assert state.books[DEFAULT_RESOURCE].report_view("a").state is ReportState.STALE
     metrics = Metrics()
     metrics.watch_state(state)
     text = generate_latest(metrics.registry).decode()
     assert 'hugepage_extender_node_reports{state="stale"} 1.0' in text
     assert "hugepage_extender_node_reports_gone_stale_total 1.0" in text
     # explain says so
+    book = state.books[RESOURCE]
     result = explain(
-        "default/p", PodDemand(100 * PAGE, 0), ["a"], resource_name=RESOURCE, accounts=state.accounts,
-        policy=Policy(), reports=state.report_view,
+        "default/p", PodDemand({RESOURCE: 100 * PAGE}, 0), ["a"], resource_name=RESOURCE, accounts=book.accounts,
+        policy=Policy(), reports=book.report_view,
     )  # fmt: skip
     assert result.nodes[0].report == "stale"
     assert result.nodes[0].report_outside_pages == 900
     assert "counted from pod requests only" in render_table(result)
     # A new record brings it back.
     apply(state, "a", report_json(age=-51, outside=10))  # observed now (the wall clock moved 51 s)
-    assert state.accounts["a"].reserved_pages == 10
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].reserved_pages == 10
 
 
 def test_a_namespace_with_its_own_max_age_sees_its_own_accounts() -> None:
     state, _ = make_state({"namespaces": {"strict": {"nodeReportMaxAgeSeconds": 30}}})
     apply(state, "a", report_json(age=100, outside=900))  # fresh by the default (1800 s), stale at 30 s
-    default_view, _, differs = state.view_for(Policy())
+    default_view, _, differs = state.books[DEFAULT_RESOURCE].view_for(Policy())
     assert not differs
     assert default_view["a"].reserved_pages == 900
     strict = build_config({"namespaces": {"strict": {"nodeReportMaxAgeSeconds": 30}}}, {}).policy_for("strict")
-    accounts, headroom, differs = state.view_for(strict)
+    accounts, headroom, differs = state.books[DEFAULT_RESOURCE].view_for(strict)
     assert differs
     assert accounts["a"].reserved_pages == 0
     assert headroom["a"] == (1024 - 100) * PAGE
-    assert accounts["plain"] is state.accounts["plain"]
+    assert accounts["plain"] is state.books[DEFAULT_RESOURCE].accounts["plain"]
 
 
 def test_held_outside_pods_is_unresolvable_with_its_own_reason() -> None:
     state, _ = make_state()
     apply(state, "a", report_json(outside=800))  # 1024 - 800 = 224 pages left after outside pages
-    reasons = Reasons.for_resource(RESOURCE)
+    reasons, book = Reasons.for_resource(RESOURCE), state.books[RESOURCE]
     decision = filter_nodes(
-        PodDemand(250 * PAGE, 0), ["a", "plain"], accounts=state.accounts, headroom=state.headroom,
+        PodDemand({RESOURCE: 250 * PAGE}, 0), ["a", "plain"], accounts=book.accounts, headroom=book.headroom,
         policy=Policy(mode=Mode.ENFORCE, sample_size=0), reasons=reasons, rng=random.Random(0),
     )  # fmt: skip
     assert decision.unresolvable == {"a": reasons.held_outside, "plain": reasons.no_pool}
     # 200 pages fit beside the outside pages but not beside the pod's 100: preemption could help
     decision = filter_nodes(
-        PodDemand(200 * PAGE, 0), ["a"], accounts=state.accounts, headroom=state.headroom,
+        PodDemand({RESOURCE: 200 * PAGE}, 0), ["a"], accounts=book.accounts, headroom=book.headroom,
         policy=Policy(mode=Mode.ENFORCE, sample_size=0), reasons=reasons, rng=random.Random(0),
     )  # fmt: skip
     assert decision.failed == {"a": reasons.insufficient}
@@ -178,24 +179,24 @@ def test_numa_aligned_needs_one_numa_node_with_the_pages() -> None:
     # Two NUMA nodes with 150 and 300 free pages; 10 reserved globally; pods requested 100, hold 80:
     # the best node can still give 300 - 10 - (100 - 80) = 270 pages.
     apply(state, "a", report_json(free=450, reserved=10, pods=80, outside=0, numa_free=(150, 300)))
-    assert state.accounts["a"].numa_free_pages == 270
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].numa_free_pages == 270
     policy = build_config(config, {}).policy_for("dpdk")
-    reasons = Reasons.for_resource(RESOURCE)
-    guaranteed = PodDemand(280 * PAGE, 1000, guaranteed=True)
+    reasons, book = Reasons.for_resource(RESOURCE), state.books[RESOURCE]
+    guaranteed = PodDemand({RESOURCE: 280 * PAGE}, 1000, guaranteed=True)
     decision = filter_nodes(
-        guaranteed, ["a"], accounts=state.accounts, headroom=state.headroom, policy=policy, reasons=reasons,
+        guaranteed, ["a"], accounts=book.accounts, headroom=book.headroom, policy=policy, reasons=reasons,
         rng=random.Random(0),
     )  # fmt: skip
     assert decision.failed == {"a": reasons.numa}
-    burstable = PodDemand(280 * PAGE, 1000, guaranteed=False)  # not pinned to a NUMA node
+    burstable = PodDemand({RESOURCE: 280 * PAGE}, 1000, guaranteed=False)  # not pinned to a NUMA node
     decision = filter_nodes(
-        burstable, ["a"], accounts=state.accounts, headroom=state.headroom, policy=policy, reasons=reasons,
+        burstable, ["a"], accounts=book.accounts, headroom=book.headroom, policy=policy, reasons=reasons,
         rng=random.Random(0),
     )  # fmt: skip
     assert decision.passed == ["a"]
-    fitting = PodDemand(270 * PAGE, 1000, guaranteed=True)
+    fitting = PodDemand({RESOURCE: 270 * PAGE}, 1000, guaranteed=True)
     decision = filter_nodes(
-        fitting, ["a"], accounts=state.accounts, headroom=state.headroom, policy=policy, reasons=reasons,
+        fitting, ["a"], accounts=book.accounts, headroom=book.headroom, policy=policy, reasons=reasons,
         rng=random.Random(0),
     )  # fmt: skip
     assert decision.passed == ["a"]
@@ -239,13 +240,13 @@ def test_a_record_without_the_page_size_says_nothing() -> None:
 
 def test_ignored_records_are_counted_logged_and_harmless(caplog: pytest.LogCaptureFixture) -> None:
     state, _ = make_state()
-    before = dict(state.accounts)
+    before = dict(state.books[DEFAULT_RESOURCE].accounts)
     apply(state, "a", report_json(outside=-5))
-    state.apply_report(*report_record("a", b"x" * (65 * 1024), RESOURCE, PAGE))
-    state.apply_report(*report_record("annotated", None, RESOURCE, PAGE))
+    state.apply_report(*state.report_record("a", b"x" * (65 * 1024)))
+    state.apply_report(*state.report_record("annotated", None))
     future = report_json(age=-3600, outside=1000)
     apply(state, "kubelet-reserved", future)
-    assert state.accounts == before
+    assert state.books[DEFAULT_RESOURCE].accounts == before
     assert state.ready
     assert dict(state.ignored) == {
         ("report", "absurd"): 1,
@@ -253,7 +254,7 @@ def test_ignored_records_are_counted_logged_and_harmless(caplog: pytest.LogCaptu
         ("report", "malformed"): 1,
         ("report", "future"): 1,
     }
-    assert state.report_view("a").state is ReportState.IGNORED
+    assert state.books[DEFAULT_RESOURCE].report_view("a").state is ReportState.IGNORED
     assert state.report_counts()[ReportState.IGNORED] == 3
     assert "agent record ignored" in caplog.text
 
@@ -267,7 +268,9 @@ def test_a_bad_annotation_is_ignored_quickly_with_a_metric(value: str, reason: s
     state.replace_nodes([state.node_record(make_node("odd2", hugepages="2Gi", reserved=value))])
     assert time.perf_counter() - started < 0.5  # "1e999999" must never become a million-digit integer
     assert state.ignored[("annotation", reason)] == 2
-    assert state.accounts["odd2"].reserved_pages == 0  # counted from requests, as if unannotated
+    assert (
+        state.books[DEFAULT_RESOURCE].accounts["odd2"].reserved_pages == 0
+    )  # counted from requests, as if unannotated
     metrics = Metrics()
     metrics.watch_state(state)
     text = generate_latest(metrics.registry).decode()
@@ -288,7 +291,7 @@ def test_a_snapshot_carries_records() -> None:
     wall = Clock(NOW)
     state = ClusterState(build_config({}, {}), wall_clock=wall)
     state.replace(snapshot.nodes, snapshot.pods, snapshot.reports)
-    assert state.accounts["n"].reserved_pages == 24
+    assert state.books[DEFAULT_RESOURCE].accounts["n"].reserved_pages == 24
 
 
 def test_a_record_renewed_before_its_deadline_stays_fresh_and_the_deadlines_stay_one_per_node() -> None:
@@ -296,14 +299,14 @@ def test_a_record_renewed_before_its_deadline_stays_fresh_and_the_deadlines_stay
     for _ in range(100):  # an agent writing often
         wall.now += 1
         apply(state, "a", report_json(age=NOW - wall.now, outside=7))
-    assert len(state.reports._report_deadlines) == 1
+    assert len(state.books[DEFAULT_RESOURCE].reports._report_deadlines) == 1
     wall.now += 30  # the first record is 129 s old, the newest 30 s
     state.expire_reports()
-    assert state.report_view("a").state is ReportState.FRESH
-    assert state.accounts["a"].reserved_pages == 7
+    assert state.books[DEFAULT_RESOURCE].report_view("a").state is ReportState.FRESH
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].reserved_pages == 7
     wall.now += 31
     state.expire_reports()
-    assert state.report_view("a").state is ReportState.STALE
+    assert state.books[DEFAULT_RESOURCE].report_view("a").state is ReportState.STALE
     assert state.stale_reports == 1
 
 

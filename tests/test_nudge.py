@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from extender.cluster import ClusterState
-from extender.config import build_config
+from extender.config import DEFAULT_RESOURCE, build_config
 from extender.handlers import Extender
 from extender.metrics import Metrics
 from extender.nudge import NudgePacer
@@ -60,7 +60,7 @@ def state(clock: Clock) -> ClusterState:
 
 
 def test_room_freed_is_every_rise_of_a_nodes_headroom_not_undone_since(state: ClusterState, clock: Clock) -> None:
-    demand = PodDemand(GiB, 0)
+    demand = PodDemand({DEFAULT_RESOURCE: GiB}, 0)
     state.hold("h", ("a", "b"), demand, 30)
     assert not state.take_freed()  # less room
     state.hold("h", "a", demand, 30)  # narrowed by the bind verb: b freed
@@ -109,7 +109,9 @@ def extender_over(state: ClusterState, nudger: Nudges) -> Extender:
 def rejected(extender: Extender, state: ClusterState) -> None:
     """The waiting pod asks and is turned away: both pools are held by another pod in flight."""
     state.apply_pod(make_pod("other", hugepages="2Gi"))
-    extender.verbs.filter("uid-default-other", "default", PodDemand(2 * GiB, 0), ["a", "b"], name="other")
+    extender.verbs.filter(
+        "uid-default-other", "default", PodDemand({DEFAULT_RESOURCE: 2 * GiB}, 0), ["a", "b"], name="other"
+    )
     args = parse_extender_args(filter_body("waiting", "uid-default-waiting", ["a", "b"]))
     decision = extender.verbs.filter(
         args.pod.metadata.uid, "default", state.demand_of(args.pod), args.node_names, name="waiting"
@@ -170,8 +172,10 @@ async def test_a_hold_dropped_as_unverified_nudges(state: ClusterState, clock: C
     nudges = Nudges()
     extender = extender_over(state, nudges)
     # Two pods the watch has not shown: the first holds both pools, the second is turned away.
-    extender.verbs.filter("ghost", "default", PodDemand(2 * GiB, 0), ["a", "b"], name="ghost")
-    decision = extender.verbs.filter("late", "default", PodDemand(GiB, 0), ["a", "b"], name="late").decision
+    extender.verbs.filter("ghost", "default", PodDemand({DEFAULT_RESOURCE: 2 * GiB}, 0), ["a", "b"], name="ghost")
+    decision = extender.verbs.filter(
+        "late", "default", PodDemand({DEFAULT_RESOURCE: GiB}, 0), ["a", "b"], name="late"
+    ).decision
     assert not decision.passed
     extender.waiting.unplaced("late", 0.0)
     state.apply_pod(make_pod("late", hugepages="1Gi", uid="late"))  # the watch shows it now, waiting

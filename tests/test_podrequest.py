@@ -85,19 +85,19 @@ def test_other_page_sizes_are_their_own_resource() -> None:
     p = msgspec.convert(
         {"spec": {"containers": [{"resources": {"requests": {"hugepages-1Gi": "3Gi", "hugepages-2Mi": "2Mi"}}}]}}, Pod
     )
-    assert pod_demand(p, "hugepages-1Gi", need_from_memory=False).hugepage_bytes == 3 * GiB
-    assert pod_demand(p, "hugepages-2Mi", need_from_memory=False).hugepage_bytes == 2 * 1024 * 1024
+    assert pod_demand(p, ("hugepages-1Gi",), need_from_memory=False).bytes_of("hugepages-1Gi") == 3 * GiB
+    assert pod_demand(p, ("hugepages-2Mi",), need_from_memory=False).bytes_of("hugepages-2Mi") == 2 * 1024 * 1024
 
 
 def test_need_from_memory_applies_only_without_a_hugepage_request() -> None:
     vm = msgspec.convert({"spec": {"containers": [{"resources": {"requests": {"memory": "4Gi", "cpu": "2"}}}]}}, Pod)
-    assert pod_demand(vm, "hugepages-2Mi", need_from_memory=True).hugepage_bytes == 4 * GiB
-    assert pod_demand(vm, "hugepages-2Mi", need_from_memory=False).hugepage_bytes == 0
-    assert pod_demand(vm, "hugepages-2Mi", need_from_memory=True).cpu_millis == 2000
+    assert pod_demand(vm, ("hugepages-2Mi",), need_from_memory=True).bytes_of("hugepages-2Mi") == 4 * GiB
+    assert pod_demand(vm, ("hugepages-2Mi",), need_from_memory=False).bytes_of("hugepages-2Mi") == 0
+    assert pod_demand(vm, ("hugepages-2Mi",), need_from_memory=True).cpu_millis == 2000
     explicit = msgspec.convert(
         {"spec": {"containers": [{"resources": {"requests": {"memory": "4Gi", "hugepages-2Mi": "1Gi"}}}]}}, Pod
     )
-    assert pod_demand(explicit, "hugepages-2Mi", need_from_memory=True).hugepage_bytes == GiB
+    assert pod_demand(explicit, ("hugepages-2Mi",), need_from_memory=True).bytes_of("hugepages-2Mi") == GiB
 
 
 def test_need_from_memory_with_a_runtime_class_counts_only_that_runtimes_pods() -> None:
@@ -112,7 +112,9 @@ def test_need_from_memory_with_a_runtime_class_counts_only_that_runtimes_pods() 
         return msgspec.convert({"spec": body}, Pod)
 
     def need(p: Pod, runtime_class: str) -> int:
-        return pod_demand(p, "hugepages-2Mi", need_from_memory=True, memory_runtime_class=runtime_class).hugepage_bytes
+        return pod_demand(p, ("hugepages-2Mi",), need_from_memory=True, memory_runtime_class=runtime_class).bytes_of(
+            "hugepages-2Mi"
+        )
 
     assert need(spec("kata-qemu"), "kata-qemu") == 128 << 20
     assert need(spec(None), "kata-qemu") == 0

@@ -15,12 +15,12 @@ from extender.cluster import ClusterState
 from extender.columnar import VECTOR_THRESHOLD
 from extender.columns import FIELDS as COLUMN_FIELDS
 from extender.columns import NodeColumns
-from extender.config import build_config
+from extender.config import DEFAULT_RESOURCE, build_config
 from extender.decision import filter_nodes, filter_sizes, prioritize_nodes, prioritize_sizes
 from extender.namelist import NameList
 from extender.nodereport import PoolReport
 from extender.objects import ObjectMeta, Pod, PodSpec
-from extender.podrequest import PodDemand
+from extender.podrequest import PodDemand, SizeNeed
 from extender.policy import Mode, Policy, Widening
 from extender.reference import SizeView, size_load, size_verdict
 from extender.scoring import hugepage_load, node_load, priorities, priority
@@ -47,7 +47,9 @@ def accounts(draw: st.DrawFn) -> NodeAccount:
 
 
 clusters = st.dictionaries(st.text("abcdefgh", min_size=1, max_size=4), accounts(), max_size=25)
-demands = st.builds(PodDemand, st.integers(1, 5000 * PAGE), st.integers(0, 8000))
+demands = st.builds(
+    lambda need, cpu: PodDemand({DEFAULT_RESOURCE: need}, cpu), st.integers(1, 5000 * PAGE), st.integers(0, 8000)
+)
 policies = st.builds(
     Policy,
     mode=st.just(Mode.ENFORCE),
@@ -76,13 +78,13 @@ def _candidates(names: list[str], *, in_place: bool) -> Sequence[str]:
 @settings(max_examples=examples(300), deadline=None)
 @given(account=accounts(), demand=demands)
 def test_fits_is_exactly_a_committed_load_of_at_most_one(account: NodeAccount, demand: PodDemand) -> None:
-    verdict = fits(account, demand.hugepage_bytes)
+    verdict = fits(account, demand.bytes_of(DEFAULT_RESOURCE))
     if not account.known:
         assert verdict is Fit.UNKNOWN
     elif not account.has_pool:
         assert verdict is Fit.NO_POOL
     else:
-        assert (verdict is Fit.FITS) == (hugepage_load(account, demand, alpha=0.0) <= 1.0)
+        assert (verdict is Fit.FITS) == (hugepage_load(account, demand.of_one(DEFAULT_RESOURCE), alpha=0.0) <= 1.0)
 
 
 @settings(max_examples=examples(300), deadline=None)
@@ -98,9 +100,9 @@ def test_filter_and_prioritize_never_disagree(
     scores = dict(prioritize_nodes(demand, decision.passed, accounts=cluster, policy=policy))
     for name in decision.passed:
         account = cluster[name]
-        assert fits(account, demand.hugepage_bytes).admits
+        assert fits(account, demand.bytes_of(DEFAULT_RESOURCE)).admits
         if account.has_pool:
-            assert hugepage_load(account, demand, alpha=0.0) <= 1.0
+            assert hugepage_load(account, demand.of_one(DEFAULT_RESOURCE), alpha=0.0) <= 1.0
         assert 0 <= scores[name] <= 10
     for name in (*decision.failed, *decision.unresolvable):
         assert name not in decision.passed
@@ -114,7 +116,7 @@ def test_fullscan_never_fails_when_a_node_fits(
     cluster: dict[str, NodeAccount], demand: PodDemand, k: int, seed: int
 ) -> None:
     names = list(cluster)
-    any_fits = any(fits(a, demand.hugepage_bytes).admits for a in cluster.values())
+    any_fits = any(fits(a, demand.bytes_of(DEFAULT_RESOURCE)).admits for a in cluster.values())
     for widening in (Widening.FULLSCAN, Widening.DRAW_UNTIL_K):
         policy = Policy(mode=Mode.ENFORCE, sample_size=k, widening=widening)
         decision = filter_nodes(
@@ -126,22 +128,26 @@ def test_fullscan_never_fails_when_a_node_fits(
 @settings(max_examples=examples(300), deadline=None)
 @given(account=accounts(), demand=demands)
 def test_headroom_is_exactly_fits(account: NodeAccount, demand: PodDemand) -> None:
-    assert fits(account, demand.hugepage_bytes).admits == (demand.hugepage_bytes <= headroom_bytes(account))
+    assert fits(account, demand.bytes_of(DEFAULT_RESOURCE)).admits == (
+        demand.bytes_of(DEFAULT_RESOURCE) <= headroom_bytes(account)
+    )
 
 
 @settings(max_examples=examples(300), deadline=None)
 @given(account=accounts(), demand=demands)
 def test_ceiling_is_exactly_unresolvable(account: NodeAccount, demand: PodDemand) -> None:
-    assume(demand.hugepage_bytes > 0)
-    unresolvable = fits(account, demand.hugepage_bytes).unresolvable
-    assert unresolvable == (demand.hugepage_bytes > ceiling_bytes(account))
+    assume(demand.bytes_of(DEFAULT_RESOURCE) > 0)
+    unresolvable = fits(account, demand.bytes_of(DEFAULT_RESOURCE)).unresolvable
+    assert unresolvable == (demand.bytes_of(DEFAULT_RESOURCE) > ceiling_bytes(account))
 
 
 @settings(max_examples=examples(300), deadline=None)
 @given(account=accounts(), demand=demands)
 def test_numa_headroom_is_exactly_fits_numa_aligned(account: NodeAccount, demand: PodDemand) -> None:
     room = min(headroom_bytes(account), numa_headroom_bytes(account))
-    assert fits(account, demand.hugepage_bytes, numa_aligned=True).admits == (demand.hugepage_bytes <= room)
+    assert fits(account, demand.bytes_of(DEFAULT_RESOURCE), numa_aligned=True).admits == (
+        demand.bytes_of(DEFAULT_RESOURCE) <= room
+    )
 
 
 @settings(max_examples=examples(200), deadline=None)
@@ -166,15 +172,21 @@ def test_vectorized_scores_equal_the_scalar_ones(
     policy = dataclasses.replace(policy, score_hugepages=score_hugepages)
     columns = _columns_of(cluster)  # from 2 slots: it grows
     names = [*cluster, "unknown-node"]
-    vector = priorities(demand, columns.slots(names), columns, policy).tolist()
-    scalar = [priority(node_load(cluster.get(n, NodeAccount()), demand, policy)) for n in names]
+    vector = priorities(demand.of_one(DEFAULT_RESOURCE), columns.slots(names), columns, policy).tolist()
+    scalar = [
+        priority(node_load(cluster.get(n, NodeAccount()), demand.of_one(DEFAULT_RESOURCE), policy)) for n in names
+    ]
     assert vector == scalar
     for name in list(cluster)[::2]:
         columns.drop(name)
-    assert priorities(demand, columns.slots(names), columns, policy).tolist() == [
-        priority(node_load(cluster.get(n, NodeAccount()) if i % 2 else NodeAccount(), demand, policy))
+    assert priorities(demand.of_one(DEFAULT_RESOURCE), columns.slots(names), columns, policy).tolist() == [
+        priority(
+            node_load(
+                cluster.get(n, NodeAccount()) if i % 2 else NodeAccount(), demand.of_one(DEFAULT_RESOURCE), policy
+            )
+        )
         if n in cluster
-        else priority(node_load(NodeAccount(), demand, policy))
+        else priority(node_load(NodeAccount(), demand.of_one(DEFAULT_RESOURCE), policy))
         for i, n in enumerate(names)
     ]
 
@@ -260,7 +272,7 @@ def test_best_of_k_on_the_columns_decides_as_one_node_at_a_time(  # noqa: PLR091
     candidates = _candidates(names, in_place=in_place)
     columns = _columns_of(cluster)
     table = {name: headroom_bytes(account) for name, account in cluster.items()}
-    demand = PodDemand(NEED_PAGES * PAGE, 100)
+    demand = PodDemand({DEFAULT_RESOURCE: NEED_PAGES * PAGE}, 100)
     policy = Policy(mode=Mode.ENFORCE, sample_size=k, widening=widening)
 
     def decide(c: Sequence[str], with_columns: bool) -> tuple[FilterDecision, dict[str, object]]:
@@ -296,7 +308,7 @@ def test_every_rejected_node_gets_the_reason_of_its_verdict(
         for name, reason in rejected.items():
             if reason == REASONS.not_sampled:
                 continue
-            verdict = fits(cluster.get(name, NodeAccount()), demand.hugepage_bytes, numa_aligned=numa)
+            verdict = fits(cluster.get(name, NodeAccount()), demand.bytes_of(DEFAULT_RESOURCE), numa_aligned=numa)
             assert reason == REASONS.of(verdict)
             assert (rejected is decision.unresolvable) == verdict.unresolvable
 
@@ -310,7 +322,7 @@ def test_needs_and_pools_beyond_int64_decide_as_the_scalar_path() -> None:
     names = sorted(cluster)
     table = {name: headroom_bytes(account) for name, account in cluster.items()}
     for need in (PAGE, 1 << 63, 1 << 70):
-        demand = PodDemand(need, 1 << 70)
+        demand = PodDemand({DEFAULT_RESOURCE: need}, 1 << 70)
         for mode in (Mode.ENFORCE, Mode.SHADOW):
             policy = Policy(mode=mode, sample_size=0)
             kwargs = {"accounts": cluster, "policy": policy, "reasons": REASONS, "rng": random.Random(1)}
@@ -371,7 +383,7 @@ def test_a_pod_of_two_sizes_is_admitted_only_where_each_pool_holds_it(  # noqa: 
     numa: bool,
 ) -> None:
     policy = dataclasses.replace(policy, numa_aligned=numa)
-    demand = PodDemand(need_2m, 500, guaranteed=True, more_bytes=(need_1g,))
+    demand = PodDemand({"hugepages-2Mi": need_2m, "hugepages-1Gi": need_1g}, 500, guaranteed=True)
     views = _views(cluster, need_2m, need_1g)
     names = list(cluster)
     decision = filter_sizes(demand, names, views=views, policy=policy, rng=random.Random(seed))
@@ -404,7 +416,7 @@ def test_a_pod_of_two_sizes_is_admitted_only_where_each_pool_holds_it(  # noqa: 
         small, large = cluster[name]
         for account, need in ((small, need_2m), (large, need_1g)):
             if account.has_pool:
-                assert hugepage_load(account, PodDemand(need, 0), alpha=0.0) <= 1.0
+                assert hugepage_load(account, SizeNeed(need, 0), alpha=0.0) <= 1.0
         assert scores[name] == priority(size_load(views, name, demand, policy))
 
 
@@ -415,7 +427,7 @@ def test_one_size_through_filter_sizes_is_filter_nodes(
 ) -> None:
     """A pod of one size (in a cluster of several) is decided and scored by the one-size code itself."""
     names = list(cluster)
-    view = SizeView(demand.hugepage_bytes, cluster, REASONS)
+    view = SizeView(demand.bytes_of(DEFAULT_RESOURCE), cluster, REASONS)
     alone = filter_nodes(demand, names, accounts=cluster, policy=policy, reasons=REASONS, rng=random.Random(seed))
     sized = filter_sizes(demand, names, views=[view], policy=policy, rng=random.Random(seed))
     assert sized == alone
@@ -433,7 +445,7 @@ def test_a_size_every_node_can_hold_changes_no_decision(
     policy = dataclasses.replace(policy, sample_size=0)  # every candidate: no draws to line up
     names = list(cluster)
     roomy = {name: NodeAccount(page_size=GIB, total_pages=64, cpu_millis=a.cpu_millis) for name, a in cluster.items()}
-    views = [SizeView(demand.hugepage_bytes, cluster, REASONS), SizeView(GIB, roomy, REASONS_1G)]
+    views = [SizeView(demand.bytes_of(DEFAULT_RESOURCE), cluster, REASONS), SizeView(GIB, roomy, REASONS_1G)]
     alone = filter_nodes(demand, names, accounts=cluster, policy=policy, reasons=REASONS, rng=random.Random(seed))
     sized = filter_sizes(demand, names, views=views, policy=policy, rng=random.Random(seed))
     assert list(sized.passed) == list(alone.passed)
@@ -468,7 +480,7 @@ def test_two_sizes_on_the_columns_decide_and_score_as_node_by_node(  # noqa: PLR
     known = sorted(cluster)
     names = [known[p] if p < len(known) else f"unknown-{p}" for p in picks]
     candidates = _candidates(names, in_place=in_place)
-    demand = PodDemand(need_2m, 500, more_bytes=(need_1g,))
+    demand = PodDemand({"hugepages-2Mi": need_2m, "hugepages-1Gi": need_1g}, 500)
     plain = _views(cluster, need_2m, need_1g)
     columned = [dataclasses.replace(v, columns=_columns_of(v.accounts)) for v in plain]
     every = Policy(mode=mode, sample_size=0)
@@ -545,7 +557,7 @@ def test_best_of_k_of_two_sizes_on_the_columns_decides_as_one_node_at_a_time(  #
     need_2m, need_1g = NEED_PAGES * PAGE, GIG_NEED_PAGES * GIB
     plain = [SizeView(need_2m, small, REASONS), SizeView(need_1g, large, REASONS_1G)]
     columned = [dataclasses.replace(v, columns=_columns_of(v.accounts)) for v in plain]
-    demand = PodDemand(need_2m, 100, more_bytes=(need_1g,))
+    demand = PodDemand({"hugepages-2Mi": need_2m, "hugepages-1Gi": need_1g}, 100)
     policy = Policy(mode=Mode.ENFORCE, sample_size=k, widening=widening)
     vector = filter_sizes(demand, candidates, views=columned, policy=policy, rng=random.Random(seed))
     scalar = filter_sizes(demand, names, views=plain, policy=policy, rng=random.Random(seed))
@@ -604,7 +616,8 @@ def test_after_any_changes_every_account_and_column_is_a_rebuild_of_it(changes: 
     account from scratch gives, so no decision reading them can differ."""
     clock = Clock()
     state, whole = (ClusterState(build_config({}, {}), clock=clock, wall_clock=clock) for _ in range(2))
-    whole._refresh_holds = whole._refresh  # type: ignore[method-assign] # the reference: rebuilt whole
+    whole_book = whole.books[DEFAULT_RESOURCE]
+    whole_book.refresh_holds = whole_book.refresh  # type: ignore[method-assign] # the reference: rebuilt whole
     for each in (state, whole):
         each.replace([make_node(name, hugepages="4Gi") for name in _NODES[:2]], [])
     for change in changes:
@@ -615,17 +628,27 @@ def test_after_any_changes_every_account_and_column_is_a_rebuild_of_it(changes: 
             for each in (state, whole):
                 each.expire_holds()
                 each.expire_reports()
-        assert state.accounts == whole.accounts
-        assert state.headroom == whole.headroom
+        assert state.books[DEFAULT_RESOURCE].accounts == whole_book.accounts
+        assert state.books[DEFAULT_RESOURCE].headroom == whole_book.headroom
         if change[0] in ("hold", "release", "time"):
             assert state.take_freed() == whole.take_freed()
-            state.columns.column("headroom")  # the columns read between changes, as a filter reads them
-    rebuilt = {name: state._account(name) for name in state.accounts}  # every account anew
-    assert state.accounts == rebuilt
-    assert state.headroom == {name: headroom_bytes(account) for name, account in rebuilt.items()}
+            state.books[DEFAULT_RESOURCE].columns.column(
+                "headroom"
+            )  # the columns read between changes, as a filter reads them
+    rebuilt = {
+        name: state.books[DEFAULT_RESOURCE]._account(name) for name in state.books[DEFAULT_RESOURCE].accounts
+    }  # every account anew
+    assert state.books[DEFAULT_RESOURCE].accounts == rebuilt
+    assert state.books[DEFAULT_RESOURCE].headroom == {
+        name: headroom_bytes(account) for name, account in rebuilt.items()
+    }
     fresh, names = _columns_of(rebuilt), sorted(rebuilt)
     for field in COLUMN_FIELDS:
-        ours = state.columns.column(field)[state.columns.slots(names)].tolist()
+        ours = (
+            state.books[DEFAULT_RESOURCE]
+            .columns.column(field)[state.books[DEFAULT_RESOURCE].columns.slots(names)]
+            .tolist()
+        )
         assert ours == fresh.column(field)[fresh.slots(names)].tolist(), field
 
 
@@ -640,8 +663,10 @@ def _change(state: ClusterState, clock: Clock, change: tuple[Any, ...]) -> None:
         case ("remove pod", name):
             state.remove_pod(name)
         case ("hold", uid, nodes, need, cpu):
-            state.hold(uid, nodes, PodDemand(need, cpu), 30)
+            state.hold(uid, nodes, PodDemand({DEFAULT_RESOURCE: need}, cpu), 30)
         case ("release", uid):
             state.release(uid)
         case ("report", name, total, outside, age):
-            state.apply_report(name, PoolReport(clock.now + age, "test", total, outside, None, 0, ()))
+            state.apply_report(
+                name, {DEFAULT_RESOURCE: (PoolReport(clock.now + age, "test", total, outside, None, 0, ()), None)}
+            )

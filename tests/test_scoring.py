@@ -8,7 +8,7 @@ import pytest
 from extender.capacity import NodeAccount
 from extender.columns import KEPT_TABLES, NodeColumns
 from extender.namelist import NameList
-from extender.podrequest import PodDemand
+from extender.podrequest import SizeNeed
 from extender.policy import Policy
 from extender.scoring import cpu_load, hugepage_load, node_load, priority
 from tests.conftest import make_account
@@ -22,18 +22,18 @@ OFF = Policy(overcommit_ratio=4.0, alpha=0.5, score_hugepages=False)
 def test_no_pool_scores_a_constant_half() -> None:
     # CPU: (1 + 2) / (4 * 4) = 3/16; no pool: 0.5; load = max = 0.5
     account = NodeAccount(cpu_millis=4000, cpu_requested_millis=2000)
-    demand = PodDemand(hugepage_bytes=512 * MiB, cpu_millis=1000)
+    demand = SizeNeed(hugepage_bytes=512 * MiB, cpu_millis=1000)
     assert cpu_load(account, demand, 4.0) == 3 / 16
     assert node_load(account, demand, ON) == 0.5
 
 
 def test_ordinary_ram_does_not_fill_the_pool() -> None:
     # empty pool, 512 MiB request: 512 / 2000
-    assert hugepage_load(make_account(1000, cpus=8), PodDemand(512 * MiB, 0), 0.5) == 512 / 2000
+    assert hugepage_load(make_account(1000, cpus=8), SizeNeed(512 * MiB, 0), 0.5) == 512 / 2000
 
 
 def test_tight_vs_roomy() -> None:
-    demand = PodDemand(512 * MiB, 0)
+    demand = SizeNeed(512 * MiB, 0)
     # tight: 512 + (500 + 250) * 2 + 0.5 * 500 * 2 = 512 + 1500 + 500 = 2512 MiB of 2000
     assert hugepage_load(make_account(1000, used=500, reserved=250, cpus=8), demand, 0.5) == 2512 / 2000
     # roomy: 512 + 50 * 2 = 612 MiB of 2000
@@ -41,7 +41,7 @@ def test_tight_vs_roomy() -> None:
 
 
 def test_pending_counts() -> None:
-    demand = PodDemand(512 * MiB, 0)
+    demand = SizeNeed(512 * MiB, 0)
     idle = hugepage_load(make_account(1000, cpus=8), demand, 0.5)
     busy = hugepage_load(make_account(1000, held_mib=1024, cpus=8), demand, 0.5)
     assert busy - idle == pytest.approx(1024 / 2000)
@@ -50,21 +50,21 @@ def test_pending_counts() -> None:
 
 def test_flag_off_is_cpu_only() -> None:
     # CPU: (2 + 3) / (4 * 8) = 5/32 on both nodes, whatever their pools say
-    demand = PodDemand(512 * MiB, 2000)
+    demand = SizeNeed(512 * MiB, 2000)
     tight = NodeAccount(PAGE, 1000, 500, 250, 0, cpu_millis=8000, cpu_requested_millis=3000)
     roomy = NodeAccount(PAGE, 1000, 0, 50, 0, cpu_millis=8000, cpu_requested_millis=3000)
     assert node_load(tight, demand, OFF) == node_load(roomy, demand, OFF) == 5 / 32
 
 
 def test_hugepage_scoring_takes_the_larger_load() -> None:
-    demand = PodDemand(512 * MiB, 2000)
+    demand = SizeNeed(512 * MiB, 2000)
     tight = NodeAccount(PAGE, 1000, 500, 250, 0, cpu_millis=8000, cpu_requested_millis=3000)
     assert node_load(tight, demand, ON) == max(5 / 32, 2512 / 2000)
 
 
 def test_zero_cpus_is_never_preferred() -> None:
-    assert cpu_load(NodeAccount(), PodDemand(0, 100), 4.0) == float("inf")
-    assert priority(node_load(NodeAccount(), PodDemand(0, 100), ON)) == 0
+    assert cpu_load(NodeAccount(), SizeNeed(0, 100), 4.0) == float("inf")
+    assert priority(node_load(NodeAccount(), SizeNeed(0, 100), ON)) == 0
 
 
 @pytest.mark.parametrize(

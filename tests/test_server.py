@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient
 
 from extender.answer import Reasons
 from extender.cluster import ClusterState
-from extender.config import build_config
+from extender.config import DEFAULT_RESOURCE, build_config
 from extender.filterobserver import UNSHOWN_EVENTS, FilterObserver
 from extender.handlers import NOT_SYNCED, Extender
 from extender.metrics import Metrics
@@ -175,7 +175,7 @@ async def test_a_single_survivor_is_held_in_flight_once(client: Client, state: C
     for _ in range(3):  # the scheduler may ask again for the same pod
         _status, result = await post(client, "filter", args(names=["roomy", "full"]))
         assert result["NodeNames"] == ["roomy"]
-    assert state.accounts["roomy"].held_bytes == 1 << 30
+    assert state.books[DEFAULT_RESOURCE].accounts["roomy"].held_bytes == 1 << 30
     assert state.hold_count == 1
 
 
@@ -187,8 +187,8 @@ async def test_a_few_survivors_each_hold_the_need_until_the_pod_is_seen(
     status, result = await post(client, "filter", args(names=["roomy", "roomy-2", "full"]))
     assert status == 200
     assert sorted(result["NodeNames"]) == ["roomy", "roomy-2"]
-    assert state.accounts["roomy"].held_bytes == 1 << 30
-    assert state.accounts["roomy-2"].held_bytes == 1 << 30
+    assert state.books[DEFAULT_RESOURCE].accounts["roomy"].held_bytes == 1 << 30
+    assert state.books[DEFAULT_RESOURCE].accounts["roomy-2"].held_bytes == 1 << 30
     assert state.hold_count == 1
 
 
@@ -200,7 +200,7 @@ async def test_a_retried_pod_does_not_compete_with_its_own_hold(
     body = args(hugepages="2Gi", names=["roomy", "full"])  # roomy's 4Gi pool holds exactly two
     for _ in range(3):
         assert (await post(client, "filter", body))[1]["NodeNames"] == ["roomy"]
-    assert state.accounts["roomy"].held_bytes == 2 << 30
+    assert state.books[DEFAULT_RESOURCE].accounts["roomy"].held_bytes == 2 << 30
     # and prioritize scores the pod against the pool without its own hold:
     # (1024 pages + 0 used) / 2048 = 0.5 -> 5, not (1024 + 1024) / 2048 -> 0
     _, scores = await post(client, "prioritize", args(hugepages="2Gi", names=["roomy"]))
@@ -244,12 +244,12 @@ async def test_not_ready_answers_an_error_never_every_node(aiohttp_client: Clien
 async def test_bad_input_is_a_clear_400_and_changes_nothing(
     client: Client, state: ClusterState, body: bytes, message: str
 ) -> None:
-    before = dict(state.accounts)
+    before = dict(state.books[DEFAULT_RESOURCE].accounts)
     for verb in ("filter", "prioritize"):
         status, result = await post(client, verb, body)
         assert status == 400
         assert message in result["Error"]
-    assert state.accounts == before
+    assert state.books[DEFAULT_RESOURCE].accounts == before
     status, _ = await post(client, "filter", args())
     assert status == 200  # still serving
 

@@ -83,8 +83,9 @@ def two_sizes(config: dict[str, Any] | None = None) -> tuple[ClusterState, Exten
 def test_resource_names_lists_every_size_guarded_and_resource_name_is_one() -> None:
     config = build_config(TWO, {})
     assert config.resource_names == ("hugepages-2Mi", "hugepages-1Gi")
-    assert (config.resource_name, config.page_size_bytes) == ("hugepages-2Mi", 2 * MIB)
-    assert config.for_size("hugepages-1Gi").page_size_bytes == GIB
+    books = ClusterState(config).books
+    assert (config.resource_names[0], books["hugepages-2Mi"].page_size) == ("hugepages-2Mi", 2 * MIB)
+    assert books["hugepages-1Gi"].page_size == GIB
     assert build_config({"resourceName": "hugepages-1Gi"}, {}).resource_names == ("hugepages-1Gi",)
     assert build_config({}, {}).resource_names == ("hugepages-2Mi",)
     assert build_config({"resourceNames": ["hugepages-1Gi"]}, {}).resource_names == ("hugepages-1Gi",)
@@ -118,13 +119,18 @@ def test_a_pods_need_is_read_per_size_and_memory_draws_from_the_namespaces_size(
     }
     state, _ = two_sizes(config)
     both = state.demand_of(pod("p", small="64Mi", large="2Gi"))
-    assert (both.hugepage_bytes, both.more_bytes, both.sizes_needed) == (64 * MIB, (2 * GIB,), (0, 1))
-    assert state.demand_of(pod("p", large="1Gi", memory="8Gi")).sizes_needed == (1,)  # asks pages: memory unread
+    assert (both.bytes_by_size, both.sizes_needed) == (
+        {"hugepages-2Mi": 64 * MIB, "hugepages-1Gi": 2 * GIB},
+        ("hugepages-2Mi", "hugepages-1Gi"),
+    )
+    large_vm = pod("p", large="1Gi", memory="8Gi")
+    assert state.demand_of(large_vm).sizes_needed == ("hugepages-1Gi",)  # asks pages: memory unread
     vm = pod("vm", memory="4Gi")
-    assert state.demand_of(vm).sizes_needed == (0,)  # the first size by default
+    assert state.demand_of(vm).sizes_needed == ("hugepages-2Mi",)  # the first size by default
     gig_vm = pod("vm", memory="4Gi", namespace="gig-vms")
-    assert (state.demand_of(gig_vm).hugepage_bytes, state.demand_of(gig_vm).more_bytes) == (0, (4 * GIB,))
-    assert state.demand_of(gig_vm).of_size(1).hugepage_bytes == 4 * GIB
+    gig_need = state.demand_of(gig_vm)
+    assert (gig_need.bytes_of("hugepages-2Mi"), gig_need.bytes_of("hugepages-1Gi")) == (0, 4 * GIB)
+    assert gig_need.of_one("hugepages-1Gi").hugepage_bytes == 4 * GIB
 
 
 # -- the filter and the score, per size -------------------------------------------------------
@@ -169,7 +175,7 @@ def test_a_two_size_pod_is_held_on_each_size_and_bound_pods_count_per_size() -> 
     state, verbs = two_sizes()
     result = verbs.filter_pod(pod("p", small="64Mi", large="2Gi"), ["both"])
     assert result.held
-    small, large = state.sizes
+    small, large = state.books.values()
     assert small.accounts["both"].held_pages == 32
     assert large.accounts["both"].held_pages == 2
     assert small.accounts["both"].held_cpu_millis == large.accounts["both"].held_cpu_millis == 1000
@@ -224,7 +230,7 @@ def test_each_size_reads_its_own_figures_of_a_node_agents_record_and_annotation(
         "hugepages-1Gi": {"total": 4, "free": 1, "outside": 3, "numa": (1,)},
     })  # fmt: skip
     state.apply_report(*state.report_record("both", raw))
-    small, large = state.sizes
+    small, large = state.books.values()
     assert (small.accounts["both"].reserved_pages, large.accounts["both"].reserved_pages) == (0, 3)
     assert large.report_view("both").report is not None
     decision = verbs.filter_pod(pod("p", large="2Gi"), ["both", "large-only"]).decision
@@ -243,10 +249,12 @@ def test_each_size_reads_its_own_figures_of_a_node_agents_record_and_annotation(
 def test_a_one_size_cluster_has_no_further_states_and_no_further_fields() -> None:
     state = ClusterState(build_config({}, {}))
     state.replace(NODES, [pod("b", small="4Mi", node_name="both")])
-    assert state.sizes == (state,)
-    assert state.pod_record(pod("b", small="4Mi", node_name="both")).more_pages == ()
-    assert state.node_record(NODES[0])[1].more == ()
-    assert state.demand_of(pod("p", small="2Mi", large="1Gi")).more_bytes == ()
+    assert list(state.books) == ["hugepages-2Mi"]
+    usage = state.pod_record(pod("b", small="4Mi", node_name="both")).usage
+    assert usage is not None
+    assert usage.pages == (2,)
+    assert list(state.node_record(NODES[0])[1].pools) == ["hugepages-2Mi"]
+    assert list(state.demand_of(pod("p", small="2Mi", large="1Gi")).bytes_by_size) == ["hugepages-2Mi"]
 
 
 def test_shadow_counts_a_two_size_pods_rejections() -> None:
@@ -348,9 +356,9 @@ async def test_outcomes_count_under_each_size_asked_and_rejections_under_the_siz
 
 
 def test_an_event_names_each_size_the_pod_needs() -> None:
-    _, message = event_for(Outcome.NO_HUGEPAGE_CAPACITY, "hugepages-2Mi", 64 * MIB, [("hugepages-1Gi", 2 * GIB)])
+    _, message = event_for(Outcome.NO_HUGEPAGE_CAPACITY, {"hugepages-2Mi": 64 * MIB, "hugepages-1Gi": 2 * GIB})
     assert "No node has 64Mi of hugepages-2Mi and 2Gi of hugepages-1Gi free right now" in message
-    _, message = event_for(Outcome.NO_COMPATIBLE_NODE, "hugepages-1Gi", 8 * GIB)
+    _, message = event_for(Outcome.NO_COMPATIBLE_NODE, {"hugepages-1Gi": 8 * GIB})
     assert "this pod's 8Gi of hugepages-1Gi: every node has no hugepages-1Gi pool" in message
 
 
@@ -358,8 +366,8 @@ def test_the_nodes_table_shows_each_size_of_each_node() -> None:
     state, _ = two_sizes()
     state.apply_pod(pod("busy", large="3Gi", node_name="both"))
     rows = []
-    for size in state.sizes:
-        rows += node_rows(size.accounts, {}, None, resource=size.resource_name)
+    for size, book in state.books.items():
+        rows += node_rows(book.accounts, {}, None, resource=size)
     table = render_node_rows(rows, with_extender=False).splitlines()
     assert table[0].split()[:3] == ["NODE", "SIZE", "POOL"]
     both = [line.split() for line in table if line.startswith("both ")]
@@ -368,7 +376,7 @@ def test_the_nodes_table_shows_each_size_of_each_node() -> None:
         ("hugepages-1Gi", "4Gi", "3Gi"),
     ]
     # One size: the table as it always was.
-    one = render_node_rows(node_rows(state.accounts, {}, None), with_extender=False).splitlines()
+    one = render_node_rows(node_rows(state.books["hugepages-2Mi"].accounts, {}, None), with_extender=False).splitlines()
     assert one[0].split()[:2] == ["NODE", "POOL"]
 
 

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from extender.answer import Reasons
-from extender.config import build_config
+from extender.config import DEFAULT_RESOURCE, build_config
 from extender.handlers import WINDOW_RETRY_MESSAGE
 from extender.objects import Node, Pod
 from extender.reference import SizeView
@@ -112,11 +112,19 @@ def size(need: int, accounts: Any, headroom: Any = None) -> SizeView:
 def test_room_anywhere_from_the_headroom_agrees_with_the_accounts() -> None:
     need = 2 * 1024**2
     state = make_state(None, [make_node(f"n{i}", hugepages="1Gi", reserved="1Gi") for i in range(3)])
-    assert not room_anywhere([size(need, state.accounts)], numa=False, **ANY_NODE)
-    assert not room_anywhere([size(need, state.accounts, state.headroom)], numa=False, **ANY_NODE)
+    assert not room_anywhere([size(need, state.books[DEFAULT_RESOURCE].accounts)], numa=False, **ANY_NODE)
+    assert not room_anywhere(
+        [size(need, state.books[DEFAULT_RESOURCE].accounts, state.books[DEFAULT_RESOURCE].headroom)],
+        numa=False,
+        **ANY_NODE,
+    )
     state.apply_node(make_node("n1", hugepages="1Gi"))
-    assert room_anywhere([size(need, state.accounts)], numa=False, **ANY_NODE)
-    assert room_anywhere([size(need, state.accounts, state.headroom)], numa=False, **ANY_NODE)
+    assert room_anywhere([size(need, state.books[DEFAULT_RESOURCE].accounts)], numa=False, **ANY_NODE)
+    assert room_anywhere(
+        [size(need, state.books[DEFAULT_RESOURCE].accounts, state.books[DEFAULT_RESOURCE].headroom)],
+        numa=False,
+        **ANY_NODE,
+    )
     pinned = {"n": make_account(512, numa_free=0)}  # the pool is free, no NUMA node has a page
     assert room_anywhere([size(need, pinned)], numa=False, **ANY_NODE)
     assert not room_anywhere([size(need, pinned)], numa=True, **ANY_NODE)
@@ -131,9 +139,17 @@ def test_room_counts_only_on_nodes_the_pod_may_use() -> None:
         asked.append(name)
         return name == "full"
 
-    assert not room_anywhere([size(need, state.accounts, state.headroom)], numa=False, may_use=only_full)
+    assert not room_anywhere(
+        [size(need, state.books[DEFAULT_RESOURCE].accounts, state.books[DEFAULT_RESOURCE].headroom)],
+        numa=False,
+        may_use=only_full,
+    )
     assert asked == ["free"]  # asked only of the nodes with room
-    assert room_anywhere([size(need, state.accounts, state.headroom)], numa=False, may_use=lambda name: True)
+    assert room_anywhere(
+        [size(need, state.books[DEFAULT_RESOURCE].accounts, state.books[DEFAULT_RESOURCE].headroom)],
+        numa=False,
+        may_use=lambda name: True,
+    )
 
 
 def test_room_anywhere_for_a_pod_of_two_sizes_needs_one_node_with_both() -> None:

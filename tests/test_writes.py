@@ -42,7 +42,7 @@ async def test_events_for_ten_thousand_waiting_pods_are_bounded_per_minute() -> 
             now[0] = minute
             for i in range(10_000):
                 pod = Pod(metadata=ObjectMeta(name=f"p{i}", namespace="ns", uid=f"uid-{minute}-{i}"))
-                events.no_fit(pod, decision, [("hugepages-2Mi", 2 << 20)])
+                events.no_fit(pod, decision, {"hugepages-2Mi": 2 << 20})
         for _ in range(200):  # the posts run in the events' thread pool
             if counted(metrics, "event", "failed") >= 2 * PER_MINUTE["event"]:
                 break

@@ -17,7 +17,7 @@ from e2e.cluster.placement_support import Cell, assert_stays_pending, metric_val
 from e2e.cluster.test_fail_closed import applied, helm_template, unique
 from e2e.cluster.test_node_agent import token_client
 from e2e.controlplane import ControlPlane, pod_manifest, wait_until
-from extender.config import build_config
+from extender.config import DEFAULT_RESOURCE, build_config
 from extender.diagnose import live_explanation
 from extender.gates import GATE, GatedPod
 from extender.kube.gatelift import GateWriter
@@ -148,7 +148,12 @@ def test_the_chart_gates_enforced_pods_only_and_its_extender_may_lift_that_gate_
 
     def lift(name: str, index: int) -> None:
         writer._patch(
-            GatedPod(*(f"uid-{name}", enforced, name, index, 0, ""), PodDemand(2 << 20, 0), UNCONSTRAINED, b"")
+            GatedPod(
+                *(f"uid-{name}", enforced, name, index, 0, ""),
+                PodDemand({DEFAULT_RESOURCE: 2 << 20}, 0),
+                UNCONSTRAINED,
+                b"",
+            )
         )
 
     extender = client.CoreV1Api(as_extender)

@@ -158,7 +158,7 @@ def test_full_pools_leave_pods_pending_with_the_extenders_reason_and_event(cell:
     # The scheduler's aggregation works: one count for both nodes, no per-node figures.
     assert f"2 {EXTENDER_REASON_INSUFFICIENT}" in failed, failed
     posted = wait_for_event(cell.core, cell.namespace, "hp", REASON_NO_CAPACITY)
-    _, message = event_for(Outcome.NO_HUGEPAGE_CAPACITY, RESOURCE, 256 << 20)
+    _, message = event_for(Outcome.NO_HUGEPAGE_CAPACITY, {RESOURCE: 256 << 20})
     assert posted == f"{REASON_NO_CAPACITY}: {message}"
     assert not any(node in posted for node in [*full, no_pool]), posted
     assert "1Gi" not in posted, posted
@@ -167,7 +167,7 @@ def test_full_pools_leave_pods_pending_with_the_extenders_reason_and_event(cell:
     cell.pod("vm-huge", scheduler, namespace=vms, memory="2Gi", node_selector={**cell.selector, **pooled})
     failed = wait_for_event(cell.core, vms, "vm-huge", "FailedScheduling", contains=EXTENDER_REASON_EXCEEDS_POOL)
     posted = wait_for_event(cell.core, vms, "vm-huge", REASON_NO_COMPATIBLE)
-    _, message = event_for(Outcome.NO_COMPATIBLE_NODE, RESOURCE, 2 << 30)
+    _, message = event_for(Outcome.NO_COMPATIBLE_NODE, {RESOURCE: 2 << 30})
     assert posted == f"{REASON_NO_COMPATIBLE}: {message}"
     assert not any(node in posted for node in [*full, no_pool]), posted
 

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -31,15 +31,15 @@ REASON_NO_CAPACITY = "NoHugepageCapacity"
 REASON_NO_COMPATIBLE = "NoCompatibleNode"
 
 
-def event_for(
-    outcome: Outcome, resource_name: str, need_bytes: int, more: Sequence[tuple[str, int]] = ()
-) -> tuple[str, str]:
-    """The reason and message for a filter outcome that left no node; ``more``: the further
-    sizes the pod needs, (resource, bytes) each."""
-    need = " and ".join(f"{_human_bytes(n)} of {r}" for r, n in ((resource_name, need_bytes), *more))
-    pools = "those pools" if more else f"{resource_name} pools"
+def event_for(outcome: Outcome, needs: Mapping[str, int]) -> tuple[str, str]:
+    """The reason and message for a filter outcome that left no node; ``needs``: the bytes of each
+    size the pod needs, by resource name."""
+    need = " and ".join(f"{_human_bytes(n)} of {r}" for r, n in needs.items())
+    pools, lacks = "those pools", "lacks one of those pools"
+    if len(needs) == 1:
+        (resource_name,) = needs
+        pools, lacks = f"{resource_name} pools", f"has no {resource_name} pool"
     if outcome is Outcome.NO_COMPATIBLE_NODE:
-        lacks = "lacks one of those pools" if more else f"has no {resource_name} pool"
         return REASON_NO_COMPATIBLE, (
             f"No candidate node can ever hold this pod's {need}: every node {lacks}, or a "
             "pool (less pages held outside pods) smaller than the request, or no node passed the scheduler's other "
@@ -83,10 +83,9 @@ class PodEvents:
         self._budget = WriteBudget(per_minute)
         self._clock = clock
 
-    def no_fit(self, pod: Pod, decision: FilterDecision, needs: Sequence[tuple[str, int]]) -> None:
-        """``needs``: each size the pod asks for, (resource, bytes)."""
-        (resource_name, need_bytes), *more = needs
-        reason, message = event_for(decision.outcome, resource_name, need_bytes, more)
+    def no_fit(self, pod: Pod, decision: FilterDecision, needs: Mapping[str, int]) -> None:
+        """``needs``: the bytes of each size the pod asks for, by resource name."""
+        reason, message = event_for(decision.outcome, needs)
         key = (pod.metadata.uid, reason)
         now = self._clock()
         if now - self._last_posted.get(key, -self._min_interval) < self._min_interval:

@@ -22,13 +22,14 @@ from typing import Any
 import msgspec
 from kubernetes import client
 
-from extender.cluster import ClusterState, PodRecord, SizedReportRecord
+from extender.cluster import ClusterState
 from extender.gates import GatedPods, gated_pod
 from extender.kube.reflector import Handlers, Reflector, Resource
 from extender.nodeinputs import NodeCapacity
 from extender.nodereport import GROUP, PLURAL, VERSION, ReportObject
 from extender.objects import Node, Pod
 from extender.quantity import QuantityError
+from extender.records import PodRecord, ReportRecords
 
 log = logging.getLogger("extender.kube.informer")
 
@@ -130,7 +131,7 @@ class ClusterInformer:
         if self._node_reports:
             self._expire_reports_every(loop, REPORT_EXPIRY_SECONDS)
             list_reports = functools.partial(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
-            reports: Reflector[ReportObject, SizedReportRecord] = Reflector(
+            reports: Reflector[ReportObject, ReportRecords] = Reflector(
                 Resource(PLURAL, list_reports, ReportObject, self._report_record, optional=True),
                 Handlers(self._reports_listed, self._report_upserted, self._report_deleted),
                 post,
@@ -184,7 +185,7 @@ class ClusterInformer:
             return self._state.node_record(node)
         except QuantityError as error:
             log.warning("node %s: %s; counting it as a node without a pool", node.metadata.name, error)
-            return node.metadata.name, NodeCapacity(0, 0, 0)
+            return node.metadata.name, NodeCapacity({}, 0)
 
     def _pod_event(self, pod: Pod) -> PodRecord:
         """A watch event's pod: with its status as the scorecard reads it, when its namespace is in shadow
@@ -204,19 +205,19 @@ class ClusterInformer:
             log.warning("pod %s/%s: %s; counting it as holding nothing", meta.namespace, meta.name, error)
             return PodRecord(meta.uid, None, pod.is_terminal, f"{meta.namespace}/{meta.name}")
 
-    def _report_record(self, obj: ReportObject) -> SizedReportRecord:
+    def _report_record(self, obj: ReportObject) -> ReportRecords:
         return self._state.report_record(obj.metadata.name, obj.report_bytes)
 
     # -- run on the event loop ---------------------------------------------------
 
-    def _reports_listed(self, records: list[SizedReportRecord]) -> None:
+    def _reports_listed(self, records: list[ReportRecords]) -> None:
         self._state.replace_reports(records)
         self._mark_synced(PLURAL)
 
-    def _report_upserted(self, record: SizedReportRecord) -> None:
+    def _report_upserted(self, record: ReportRecords) -> None:
         self._state.apply_report(*record)
 
-    def _report_deleted(self, record: SizedReportRecord) -> None:
+    def _report_deleted(self, record: ReportRecords) -> None:
         self._state.remove_report(record[0])
 
     @staticmethod

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from extender.cli import build_parser
-from extender.config import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_RESOURCE, FILE_KEYS, Config, build_config
+from extender.config import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_RESOURCE, FILE_KEYS, Config, build_config, page_size_of
 from extender.policy import POLICY_FIELDS, POLICY_KEYS, Mode, Policy, Widening, field_type
 from tests.conftest import other_value
 
@@ -42,7 +42,7 @@ def test_chart_defaults_are_the_extenders_defaults(helm: Helm) -> None:
     # would use with no config at all, so neither surprises the other.
     assert config == build_config(None, environ={})
     assert config.placement.defaults == Policy()
-    assert config.resource_name == DEFAULT_RESOURCE
+    assert config.resource_names[0] == DEFAULT_RESOURCE
     assert config.max_request_bytes == DEFAULT_MAX_REQUEST_BYTES
 
 
@@ -50,7 +50,7 @@ def test_chart_defaults_are_the_extenders_defaults(helm: Helm) -> None:
 def test_every_scenario_config_loads(helm: Helm, values: Path) -> None:
     config = rendered_config(helm.template(values=[values]))
     wanted = (yaml.safe_load(values.read_text()) or {}).get("config", {})
-    assert config.resource_name == wanted.get("resourceName", DEFAULT_RESOURCE)
+    assert config.resource_names[0] == wanted.get("resourceName", DEFAULT_RESOURCE)
     for namespace, fields in wanted.get("namespaces", {}).items():
         policy = config.policy_for(namespace)
         for key, value in fields.items():
@@ -101,14 +101,14 @@ def test_resource_names_and_the_memory_size_reach_the_extender(helm: Helm) -> No
         )
     )
     assert config.resource_names == ("hugepages-2Mi", "hugepages-1Gi")
-    assert config.memory_index(config.policy_for("vms")) == 1
-    assert config.memory_index(config.policy_for("other")) == 0
+    assert config.memory_resource(config.policy_for("vms")) == "hugepages-1Gi"
+    assert config.memory_resource(config.policy_for("other")) == "hugepages-2Mi"
 
 
 def test_namespaces_scenario(helm: Helm) -> None:
     config = rendered_config(helm.template(values=[CHART / "ci" / "namespaces-values.yaml"]))
-    assert config.resource_name == "hugepages-1Gi"
-    assert config.page_size_bytes == 1024**3
+    assert config.resource_names[0] == "hugepages-1Gi"
+    assert page_size_of(config.resource_names[0]) == 1024**3
     vms = config.policy_for("vms")
     assert (vms.mode, vms.need_from_memory, vms.widening, vms.hold_timeout_seconds) == (
         Mode.ENFORCE,

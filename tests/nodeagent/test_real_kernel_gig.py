@@ -126,7 +126,7 @@ def test_one_gib_pages_are_counted_by_the_agent_and_guarded_by_the_extender(tmp_
     state = ClusterState(config)
     state.replace([make_node("this-node", hugepages=f"{pool}Gi", resource=RESOURCE)], [])
     state.apply_report(*state.report_record("this-node", msgspec.json.encode(record.report_json())))
-    account = state.sizes[1].accounts["this-node"]
+    account = state.books[RESOURCE].accounts["this-node"]
     assert (account.page_size, account.total_pages, account.reserved_pages) == (GIB, pool, outside0 + 1)
     verbs = ExtenderVerbs(config, state)
     room = pool - outside0 - 1  # what the pages held outside pods leave

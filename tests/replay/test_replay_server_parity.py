@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient
 
 from extender.binding import BindingArgs
 from extender.cluster import ClusterState
+from extender.config import DEFAULT_RESOURCE
 from extender.handlers import Extender
 from extender.metrics import Metrics
 from extender.server import create_app
@@ -73,8 +74,8 @@ async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client
         decision = replay.verbs.filter(plan.uid, plan.namespace, demand, names).decision
         answer = await post(client, "filter", {"Pod": msgspec.to_builtins(pod), "NodeNames": names})
         assert decision.passed == answer["NodeNames"]
-        assert replay.state.holds() == server_state.holds()
-        held_at_some_point += bool(server_state.holds())
+        assert replay.state.books[DEFAULT_RESOURCE].holds() == server_state.books[DEFAULT_RESOURCE].holds()
+        held_at_some_point += bool(server_state.books[DEFAULT_RESOURCE].holds())
         if not decision.passed:
             continue
 
@@ -91,7 +92,7 @@ async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client
         if bind_verb is not None:
             binding = {"PodName": plan.uid, "PodNamespace": plan.namespace, "PodUID": plan.uid, "Node": node}
             assert await post(client, "bind", binding) == {"Error": ""}
-        assert replay.state.holds() == server_state.holds()
+        assert replay.state.books[DEFAULT_RESOURCE].holds() == server_state.books[DEFAULT_RESOURCE].holds()
 
         # Every third pick the oldest pod in flight shows up bound: both release its hold.
         in_flight.append((plan, node))
@@ -99,7 +100,7 @@ async def test_the_replays_verbs_hold_what_the_servers_verbs_hold(aiohttp_client
             landed, on = in_flight.pop(0)
             for state in (replay.state, server_state):
                 state.apply_pod(pod_object(landed, on))
-            assert replay.state.holds() == server_state.holds()
-            assert replay.state.accounts == server_state.accounts
+            assert replay.state.books[DEFAULT_RESOURCE].holds() == server_state.books[DEFAULT_RESOURCE].holds()
+            assert replay.state.books[DEFAULT_RESOURCE].accounts == server_state.books[DEFAULT_RESOURCE].accounts
 
     assert held_at_some_point  # the comparisons above were not between two empty ledgers

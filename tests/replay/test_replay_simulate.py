@@ -8,6 +8,7 @@ from extender.policy import Mode
 from replay.model import (
     GIB,
     PAGE_SIZE_BYTES,
+    RESOURCE_NAME,
     Arrival,
     InFlight,
     NodeGroup,
@@ -48,7 +49,7 @@ def test_outside_usage_reaches_the_extender_as_reserved_pages() -> None:
     spec = NodeSpec("vmhost-0000", pool_pages=4096, outside_pages=3072, cpu_millis=64_000)
     state = ClusterState(parse_variant("enforce").config(30.0))
     state.replace([node_object(spec)], [])
-    account = state.accounts["vmhost-0000"]
+    account = state.books[RESOURCE_NAME].accounts["vmhost-0000"]
     assert (account.total_pages, account.reserved_pages, account.cpu_millis) == (4096, 3072, 64_000)
 
 
@@ -57,7 +58,7 @@ def test_a_vm_pod_asks_for_memory_and_the_extender_derives_its_hugepage_need() -
     assert pod.spec.containers[0].resources is not None
     assert pod.spec.containers[0].resources.requests == {"memory": str(6 * GIB), "cpu": "1000m"}
     demand = ClusterState(parse_variant("off").config(30.0)).demand_of(pod)
-    assert (demand.hugepage_bytes, demand.cpu_millis) == (6 * GIB, 1000)
+    assert (demand.bytes_of(RESOURCE_NAME), demand.cpu_millis) == (6 * GIB, 1000)
 
 
 def test_outside_usage_is_drawn_within_the_groups_range_and_fixed_by_the_seed() -> None:
