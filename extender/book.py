@@ -10,7 +10,7 @@ their numpy columns. Every change rebuilds only the accounts of the nodes it tou
 from __future__ import annotations
 
 from collections import ChainMap, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import cast
 
 import msgspec
@@ -173,6 +173,16 @@ class SizeBook:
         self.accounts.pop(name, None)
         self.headroom.pop(name, None)
         self._columns.drop(name)
+
+    def replace_used(self, used: Iterable[tuple[str, int]], *, bound: Container[str]) -> None:
+        """A relist of pods: the pages of this size they use, (node, pages) each; the holds of the pods
+        now ``bound`` end."""
+        self.used_pages.clear()
+        for node, pages in used:
+            self.used_pages[node] += pages
+        for uid in [uid for uid in self.ledger.holds() if uid in bound]:
+            self.ledger.release(uid)
+        self.rebuild()
 
     def rebuild(self) -> None:
         """Every account anew (a relist)."""

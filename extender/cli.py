@@ -26,7 +26,7 @@ from extender.config import Config, ConfigError, holds_need_bind
 from extender.configfile import load_config
 from extender.diagnose import add_extender_arguments, live_explanation, remote_from_args, split_pod_name
 from extender.errors import ExtenderError
-from extender.explain import Explanation, explain_pod, render_table
+from extender.explain import PodExplanation, explain_pod, render_table
 from extender.gates import GATE, GatedPods
 from extender.handlers import Extender
 from extender.kube.binder import ApiBinder
@@ -222,7 +222,7 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_explanation(result: Explanation, output: str) -> None:
+def _print_explanation(result: PodExplanation, output: str) -> None:
     if output == "json":
         print(json.dumps(result.as_dict(), indent=2))
     else:

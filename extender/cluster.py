@@ -164,13 +164,7 @@ class ClusterState(RecordReader):
         for usage in usages.values():
             self._used_cpu[usage.node] += usage.cpu_millis
         for index, book in enumerate(self.books.values()):
-            used = book.used_pages
-            used.clear()
-            for usage in usages.values():
-                used[usage.node] += usage.pages[index]
-            for uid in [uid for uid in book.holds() if uid in usages]:
-                book.ledger.release(uid)
-            book.rebuild()
+            book.replace_used(((usage.node, usage.pages[index]) for usage in usages.values()), bound=usages)
 
     def apply_node(self, node: Node) -> None:
         self.apply_node_record(*self.node_record(node))

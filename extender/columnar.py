@@ -12,6 +12,8 @@ the reference's does. Property tests hold every path here equal to the reference
 
 from __future__ import annotations
 
+import functools
+import operator
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -173,9 +175,8 @@ def verdicts_on_columns(
         slots = columns.slots(candidates) if at is None else columns.slots(candidates)[at]
         room = view.need <= columns.column("headroom")[slots]
         sizes.append(SizeColumns(view, slots, room, view.need > columns.column("ceiling")[slots]))
-    admitted, never = sizes[0].room, sizes[0].never
-    for size in sizes[1:]:
-        admitted, never = admitted & size.room, never | size.never
+    admitted: Mask = functools.reduce(operator.and_, (size.room for size in sizes))
+    never: Mask = functools.reduce(operator.or_, (size.never for size in sizes))
     return ColumnVerdicts(sizes, admitted, never, len(admitted) - int(np.count_nonzero(admitted)))
 
 
@@ -184,7 +185,7 @@ def verdict_sizes(verdicts: ColumnVerdicts) -> list[tuple[SizeColumns, Mask, Mas
     sizes: (short of room now: its first size without room, unresolvable in none; never: its first
     size no pod leaving could make room in)."""
     if len(verdicts.sizes) == 1:
-        size = verdicts.sizes[0]
+        (size,) = verdicts.sizes
         return [(size, ~size.room & ~size.never, size.never)]
     short_before = np.zeros_like(verdicts.admitted)
     never_before = np.zeros_like(verdicts.admitted)

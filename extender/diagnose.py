@@ -21,7 +21,7 @@ from extender.cluster import ClusterState
 from extender.config import Config
 from extender.diagnostics import ExtenderState, NodeRow, node_rows
 from extender.errors import ExtenderError
-from extender.explain import Explanation, explain_pod
+from extender.explain import PodExplanation, explain_pod
 from extender.gates import GATE, gate_index
 from extender.kube.live import LiveCluster, LivePod, extender_url_of_service, read_cluster, read_pod
 from extender.remote import RemoteExtender
@@ -44,7 +44,7 @@ def live_explanation(
     extender: RemoteExtender | None = None,
     cluster: str = "the API server",
     config_source: str = "built-in defaults",
-) -> Explanation:
+) -> PodExplanation:
     live_pod = read_pod(api, namespace, name)
     pod = live_pod.pod
     # The extender first: its pool and policy decide how the cluster's pods are counted.

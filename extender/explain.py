@@ -17,7 +17,6 @@ verdict the filter gives over them all (``reference.size_verdict``, the filter's
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
@@ -64,6 +63,8 @@ _UNRESOLVABLE = tuple(f.value for f in Fit if f.unresolvable)
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
+    """One size's table: every node's figures and verdict for the pod's need of that size."""
+
     pod: str
     resource_name: str
     need_bytes: int
@@ -73,17 +74,11 @@ class Explanation:
     node_report_max_age_seconds: float | None = None
     # Where the figures came from, one line each above the table, e.g. {"in flight": "the extender at https://..."}.
     sources: Mapping[str, str] = field(default_factory=dict)
-    # A pod of several sizes: the tables of the further sizes it needs, and per node the verdict over
-    # every size, with the size it comes from: {node: {"verdict": ..., "resourceName": ...}}.
-    more: tuple[Explanation, ...] = ()
-    verdicts: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
         if not self.nodes:
             return "no candidate nodes"
-        if self.more:
-            return self._summary_of_sizes()
         admitted = sum(1 for n in self.nodes if n.verdict in _ADMITTED)
         if admitted:
             return f"{admitted} of {len(self.nodes)} nodes can hold the pod"
@@ -99,15 +94,6 @@ class Explanation:
             "no compatible node: every node has no pool, or a pool (less pages held outside pods) "
             "smaller than the pod's need"
         )
-
-    def _summary_of_sizes(self) -> str:
-        sizes = " and ".join(e.resource_name for e in (self, *self.more))
-        admitted = sum(1 for v in self.verdicts.values() if v["verdict"] in _ADMITTED)
-        if admitted:
-            return f"{admitted} of {len(self.verdicts)} nodes can hold the pod ({sizes})"
-        if any(v["verdict"] not in _UNRESOLVABLE for v in self.verdicts.values()):
-            return f"no node with room in every pool the pod needs ({sizes}): pools are in use (add nodes or wait)"
-        return f"no compatible node: every node lacks a pool the pod needs ({sizes}), or it is too small"
 
     @property
     def fallback(self) -> str:
@@ -125,7 +111,47 @@ class Explanation:
         return "\n".join(parts)
 
     def as_dict(self) -> dict[str, object]:
-        return {**asdict(self), "summary": self.summary, "fallback": self.fallback}
+        """The JSON of a pod's explanation of this one size (``PodExplanation.as_dict``)."""
+        return PodExplanation({self.resource_name: self}).as_dict()
+
+
+@dataclass(frozen=True, slots=True)
+class PodExplanation:
+    """Why a pod fits, or not: one table per size it needs (by resource name, in the config's order)
+    and, for a pod of several, per node the verdict over every size with the size it comes from:
+    {node: {"verdict": ..., "resourceName": ...}}."""
+
+    tables: Mapping[str, Explanation]
+    verdicts: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> str:
+        if len(self.tables) == 1:
+            (table,) = self.tables.values()
+            return table.summary
+        sizes = " and ".join(self.tables)
+        admitted = sum(1 for v in self.verdicts.values() if v["verdict"] in _ADMITTED)
+        if admitted:
+            return f"{admitted} of {len(self.verdicts)} nodes can hold the pod ({sizes})"
+        if any(v["verdict"] not in _UNRESOLVABLE for v in self.verdicts.values()):
+            return f"no node with room in every pool the pod needs ({sizes}): pools are in use (add nodes or wait)"
+        return f"no compatible node: every node lacks a pool the pod needs ({sizes}), or it is too small"
+
+    @property
+    def fallback(self) -> str:
+        return "\n".join(dict.fromkeys(f for table in self.tables.values() if (f := table.fallback)))
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON scripts read (new keys may be added, none renamed or removed): the first table's keys,
+        the tables of the other sizes under ``more``, ``verdicts``, ``summary`` and ``fallback``."""
+        first, *others = self.tables.values()
+        return {
+            **asdict(first),
+            "more": [asdict(table) for table in others],
+            "verdicts": dict(self.verdicts),
+            "summary": self.summary,
+            "fallback": self.fallback,
+        }
 
 
 def explain(
@@ -196,7 +222,7 @@ def explain_pod(
     *,
     holds: Mapping[str, Mapping[str, NodeHolds]] | None = None,
     sources: Mapping[str, str] | None = None,
-) -> Explanation:
+) -> PodExplanation:
     """Why ``pod`` fits, or not, on each of ``names`` (None: every node the state knows), judged
     from ``state`` as the filter judges it (``verbs.ExtenderVerbs.filter``): one table per size
     the pod needs (the first size guarded when it needs none). ``holds``: the running extender's
@@ -228,15 +254,15 @@ def explain_pod(
             )
         )
         views.append(SizeView(demand.bytes_of(resource_name), accounts, Reasons.for_resource(resource_name)))
-    first, *more = tables
-    if not more:
-        return first
+    by_size = {table.resource_name: table for table in tables}
+    if len(tables) == 1:
+        return PodExplanation(by_size)
     numa = policy.numa_aligned and demand.guaranteed
     verdicts = {}
     for name in nodes:
         verdict, size_view = size_verdict(views, name, numa=numa)
         verdicts[name] = {"verdict": verdict.value, "resourceName": tables[views.index(size_view)].resource_name}
-    return dataclasses.replace(first, more=tuple(more), verdicts=verdicts)
+    return PodExplanation(by_size, verdicts)
 
 
 _COLUMNS = ("NODE", "POOL", "USED", "RESERVED", "IN FLIGHT", "FREE", "NEED", "VERDICT", "LOAD", "SCORE", "AGENT RECORD")
@@ -251,12 +277,15 @@ def _record_cell(n: NodeExplanation) -> str:
     return f"{n.report} {n.report_age_seconds:.0f}s: kernel {n.report_total_pages}, outside {outside}"
 
 
-def render_table(explanation: Explanation) -> str:
+def render_table(explanation: PodExplanation | Explanation) -> str:
     """The table of each size the pod needs, then the verdict over every size and the summary."""
-    if not explanation.more:
+    if isinstance(explanation, Explanation):
         return _render_size(explanation)
+    if len(explanation.tables) == 1:
+        (table,) = explanation.tables.values()
+        return _render_size(table)
     e = explanation
-    lines = [_render_size(size, with_summary=False) + "\n" for size in (e, *e.more)]
+    lines = [_render_size(table, with_summary=False) + "\n" for table in e.tables.values()]
     lines.append("every size the pod needs, per node:")
     lines += [f"  {node}: {v['verdict']} ({v['resourceName']})" for node, v in e.verdicts.items()]
     lines += ["", e.summary]

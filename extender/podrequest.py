@@ -11,7 +11,7 @@ in for an absent request, as API defaulting does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import NamedTuple
@@ -139,7 +139,11 @@ def pod_demand(
     if counts_memory and not any(bytes_by_size.values()):
         bytes_by_size[memory_resource or resource_names[0]] = ceil_units(effective_request(pod.spec, "memory"))
     cpu_millis = ceil_millis(effective_request(pod.spec, "cpu"))
-    if max(bytes_by_size.values(), default=0) > INT64_MAX or cpu_millis > INT64_MAX * 1000:
-        # Each quantity is bounded; a sum of many may still exceed anything a node offers.
-        raise QuantityError("the pod's requests add up to more than any node can hold (over 2^63-1)")
+    _check_bounded(bytes_by_size.values(), cpu_millis)
     return PodDemand(bytes_by_size, cpu_millis, with_qos and _guaranteed(pod.spec))
+
+
+def _check_bounded(hugepage_bytes: Iterable[int], cpu_millis: int) -> None:
+    # Each quantity is bounded; a sum of many may still exceed anything a node offers.
+    if max(hugepage_bytes, default=0) > INT64_MAX or cpu_millis > INT64_MAX * 1000:
+        raise QuantityError("the pod's requests add up to more than any node can hold (over 2^63-1)")

@@ -275,18 +275,19 @@ def test_explain_gives_the_filters_verdict_per_node_over_every_size(asks: dict[s
     names = [n.metadata.name for n in NODES]
     asked = pod("p", **asks)
     explanation = explain_pod(state, asked, names)
-    tables = (explanation, *explanation.more)
+    tables = tuple(explanation.tables.values())
     assert [t.resource_name for t in tables] == [
         r for r, k in (("hugepages-2Mi", "small"), ("hugepages-1Gi", "large")) if k in asks
     ]
     for name in names:
         said = verbs.filter_pod(asked, [name]).decision
-        if explanation.more:
+        if len(tables) > 1:
             verdict = Fit(explanation.verdicts[name]["verdict"])
             resource = explanation.verdicts[name]["resourceName"]
         else:
-            (row,) = [r for r in explanation.nodes if r.node == name]
-            verdict, resource = Fit(row.verdict), explanation.resource_name
+            (table,) = tables
+            (row,) = [r for r in table.nodes if r.node == name]
+            verdict, resource = Fit(row.verdict), table.resource_name
         if verdict.admits:
             assert list(said.passed) == [name]
         else:

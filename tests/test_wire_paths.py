@@ -9,14 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.answer import FilterDecision, HostScores
+from extender.candidatelists import RECENT_CANDIDATE_LISTS, RecentCandidates
 from extender.namelist import NameList
 from extender.wire import (
-    RECENT_CANDIDATE_LISTS,
     ExtenderArgs,
     WireError,
+    _check_names,
+    _node_names,
     _parse_canonical,
     _parse_general,
-    _RecentCandidates,
     parse_extender_args,
     render_filter,
     render_priorities,
@@ -150,18 +151,20 @@ def test_the_lists_of_several_schedulers_are_each_served_again() -> None:
 
 def test_recent_candidate_lists_are_bounded_and_the_least_recently_used_goes_first() -> None:
     a, b, c = (msgspec.json.encode(names) for names in _scheduler_lists(3))
-    recent = _RecentCandidates(lists=2)
+    recent = RecentCandidates(_node_names, _check_names, lists=2)
     first_a, first_b = recent.names(msgspec.Raw(a)), recent.names(msgspec.Raw(b))
     assert recent.names(msgspec.Raw(a)) is first_a  # a used last: b goes first
     recent.names(msgspec.Raw(c))
     assert [kept.json for kept in recent.kept()] == [c, a]
     assert recent.names(msgspec.Raw(b)) is not first_b
     # Names and bytes bound what is kept too; the newest list is kept whatever its size.
-    by_names = _RecentCandidates(names=2 * (len(LONG) - 1) - 1)  # each list: every name but one
+    by_names = RecentCandidates(
+        _node_names, _check_names, names=2 * (len(LONG) - 1) - 1
+    )  # each list: every name but one
     for data in (a, b, c):
         by_names.names(msgspec.Raw(data))
     assert [kept.json for kept in by_names.kept()] == [c]
-    by_bytes = _RecentCandidates(nbytes=len(a) + len(b))
+    by_bytes = RecentCandidates(_node_names, _check_names, nbytes=len(a) + len(b))
     for data in (a, b, c):
         by_bytes.names(msgspec.Raw(data))
     assert [kept.json for kept in by_bytes.kept()] == [c, b]
@@ -169,7 +172,7 @@ def test_recent_candidate_lists_are_bounded_and_the_least_recently_used_goes_fir
     assert by_bytes.names(msgspec.Raw(huge)) is by_bytes.kept()[0]
     assert len(by_bytes.kept()) == 1
     # Through cut_from (the scheduler's key order) the same bounds hold.
-    cut = _RecentCandidates(lists=2)
+    cut = RecentCandidates(_node_names, _check_names, lists=2)
     for data in (a, b, c, a):
         body = b'{"Pod":{},"Nodes":null,"NodeNames":' + data + b"}"
         found = cut.cut_from(body)

@@ -60,8 +60,9 @@ def test_gated_pods_wait_outside_the_queue_and_are_lifted_as_room_frees(cell: Ce
     # "Why is it Pending?": explain says the gate, and what the filter would say (no node has room).
     config = build_config({"namespaces": {cell.namespace: {"mode": "enforce"}}}, {})
     explained = live_explanation(cell.plane.api_client, cell.namespace, "first", config=config, nodes=[node])
-    assert GATE in explained.sources["pod"]
-    assert [row.free_pages for row in explained.nodes] == [0]
+    (table,) = explained.tables.values()
+    assert GATE in table.sources["pod"]
+    assert [row.free_pages for row in table.nodes] == [0]
 
     reserve_pages(cell.core, node, "512Mi")  # 514Mi free: the oldest gated pod gets a slot
     assert cell.plane.wait_for_pod_bound(cell.namespace, "first", timeout=WITHIN) == node

@@ -28,8 +28,8 @@ from e2e.cluster.placement_support import (
 )
 from e2e.controlplane import wait_until
 from extender.answer import Outcome
+from extender.candidatelists import SMALL_CANDIDATE_LIST
 from extender.kube.events import REASON_NO_CAPACITY, REASON_NO_COMPATIBLE, event_for
-from extender.wire import SMALL_CANDIDATE_LIST
 
 pytestmark = pytest.mark.cluster
 
