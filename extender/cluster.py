@@ -90,10 +90,7 @@ class ClusterState(RecordReader):
     @property
     def hold_count(self) -> int:
         """Pods with a placement in flight, whatever sizes they hold."""
-        books = list(self.books.values())
-        if len(books) == 1:
-            return books[0].hold_count
-        return len(set().union(*(book.holds() for book in books)))
+        return len(set().union(*(book.holds() for book in self.books.values())))
 
     def nodes(self) -> KeysView[str]:
         """The names of the nodes this state knows (every book has an account for each)."""
