@@ -22,6 +22,8 @@ from extender.podrequest import PodDemand, pod_demand
 from extender.policy import Mode, Policy
 from extender.reach import node_reach
 
+SHARED_PAGES = 4096  # distinct page counts shared between bound pods' usages
+
 # The records below hold only strings and integers, so they can form no reference
 # cycle: gc=False keeps 100,000 pods' records out of every garbage collection.
 
@@ -57,6 +59,9 @@ class RecordReader:
     def __init__(self, config: Config) -> None:
         self._config = config
         self._page_sizes = {name: page_size_of(name) for name in config.resource_names}  # in the config's order
+        # Bound pods' pages, one tuple per distinct value: most pods ask one of a few sizes, and a tuple
+        # each was 5 MiB at 100,000 pods (benchmarks/memory.py). At most SHARED_PAGES are kept.
+        self._shared_pages: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     @property
     def config(self) -> Config:
@@ -94,7 +99,9 @@ class RecordReader:
         if node and not pod.is_terminal:
             demand = self.demand_of(pod)
             need = demand.bytes_by_size
-            pages = tuple([hugepages_for(need.get(name, 0), page) for name, page in self._page_sizes.items()])
+            pages = self._shared(
+                tuple([hugepages_for(need.get(name, 0), page) for name, page in self._page_sizes.items()])
+            )
             # Interned: the watch decodes a new copy of the node's name with every pod, and the pods
             # of a node then share one string (17 MiB less at 300,000 pods on 15,000 nodes).
             return PodRecord(meta.uid, PodUsage(sys.intern(node), demand.cpu_millis, pages), False)
@@ -103,6 +110,15 @@ class RecordReader:
         if pod.is_terminal:
             return PodRecord(meta.uid, None, True)
         return PodRecord(meta.uid, None, False, f"{meta.namespace}/{meta.name}", self.demand_of(pod))
+
+    def _shared(self, pages: tuple[int, ...]) -> tuple[int, ...]:
+        shared = self._shared_pages
+        found = shared.get(pages)
+        if found is not None:
+            return found
+        if len(shared) < SHARED_PAGES:
+            shared[pages] = pages
+        return pages
 
     def report_record(self, name: str, raw: bytes | None) -> ReportRecords:
         """A node agent's record read for every size guarded (never raising): what ``apply_report`` takes."""
