@@ -317,11 +317,11 @@ class Extender:
 
     def release_due(self, now: float) -> bool:
         """End what is past its time; whether to nudge the scheduler now (``extender.nudge``)."""
-        refused = self.verbs.refused_holds
-        self.verbs.expire()
+        expired = self.verbs.expire()
         self.observer.post_shown(self.state.owner_of)  # no-fit Events of pods filtered before the watch showed them
         self._counted(self.scorecard.tick())  # pods Ready for the settle time ran
-        self._count_refused(refused)  # holds dropped as unverified
+        if expired.unverified:
+            self.metrics.holds_refused.inc(expired.unverified)
         gated = self.gated
 
         def waiting() -> Iterable[str]:
@@ -354,10 +354,6 @@ class Extender:
         for pod, _node in done.lifted:
             lifter.lift(pod)
         gated.arrived = done.unfinished
-
-    def _count_refused(self, before: int) -> None:
-        if self.verbs.refused_holds != before:
-            self.metrics.holds_refused.inc(self.verbs.refused_holds - before)
 
     async def release_timer(self, tick_seconds: float = RELEASE_TICK_SECONDS) -> None:
         """Holds and records end on time, not at the next filter call; room freed while an enforced

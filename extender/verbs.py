@@ -117,6 +117,14 @@ class FilterResult:
             yield size, insufficient, exceeds_pool
 
 
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """What ``ExtenderVerbs.expire`` ended that the metrics count: holds dropped because the watch had not
+    shown their pod in time (``UNVERIFIED_HOLD_SECONDS``)."""
+
+    unverified: int = 0
+
+
 class ExtenderVerbs:
     def __init__(
         self,
@@ -368,13 +376,13 @@ class ExtenderVerbs:
         self.state.hold(pod.uid, node, demand, policy.hold_timeout_seconds)
         return node
 
-    def expire(self) -> None:
+    def expire(self) -> Expired:
         """End what is past its time: holds past ``holdTimeoutSeconds``, holds whose pod the watch
         has not shown in time, records older than their max age. O(1) when nothing is due; run on
         every filter call and on the server's timer, so room frees on time while no pod is filtered."""
         self.state.expire_holds()
         self.state.expire_reports()
-        self._drop_unverified()
+        return Expired(unverified=self._drop_unverified())
 
     def _window_retry(  # noqa: PLR0917 (the decision and what it was made from)
         self,
@@ -419,9 +427,10 @@ class ExtenderVerbs:
     def _may_hold(self, uid: str) -> bool:
         return not (self.verify_holds and uid in self._refused and self.state.owner_of(uid) is None)
 
-    def _drop_unverified(self) -> None:
-        """Holds whose pod the watch has not shown in time are dropped; O(1) per hold."""
+    def _drop_unverified(self) -> int:
+        """Holds whose pod the watch has not shown in time are dropped (how many); O(1) per hold."""
         now = self.state.now()
+        dropped = 0
         pending = self._unverified
         while pending and pending[0][0] <= now:
             _, uid = pending.popleft()
@@ -432,9 +441,11 @@ class ExtenderVerbs:
                 continue
             self.state.release(uid)
             self.refused_holds += 1
+            dropped += 1
             self._refused[uid] = None
             if len(self._refused) > REFUSED_UIDS:
                 self._refused.popitem(last=False)
+        return dropped
 
     def _remember(self, uid: str, filtered: _Filtered) -> None:
         """At most RECENT_PODS pods, each with at most HOLD_LIMIT names: bounded memory.
