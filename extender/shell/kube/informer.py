@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 from kubernetes import client
 
 from extender.core.gates import GatedPods, gated_pod
@@ -29,7 +28,7 @@ from extender.core.quantity import QuantityError
 from extender.shell.kube.reflector import Handlers, Reflector, Resource
 from extender.state.cluster import ClusterState
 from extender.state.nodeinputs import NodeCapacity
-from extender.state.records import PodRecord, ReportRecords
+from extender.state.records import PodDetail, PodRecord, ReportRecords
 
 log = logging.getLogger("extender.shell.kube.informer")
 
@@ -198,12 +197,13 @@ class ClusterInformer:
             record = self._state.pod_record(pod)
             if self.gated is not None and pod.spec.scheduling_gates:
                 gated = gated_pod(pod, record.demand or self._state.demand_of(pod))
-                record = msgspec.structs.replace(record, gated=gated)
+                if gated is not None:  # another's gate only: the record stays without one
+                    record = record.with_gate(gated)
             return record
         except QuantityError as error:
             meta = pod.metadata
             log.warning("pod %s/%s: %s; counting it as holding nothing", meta.namespace, meta.name, error)
-            return PodRecord(meta.uid, None, pod.is_terminal, f"{meta.namespace}/{meta.name}")
+            return PodRecord(meta.uid, None, pod.is_terminal, PodDetail(f"{meta.namespace}/{meta.name}"))
 
     def _report_record(self, obj: ReportObject) -> ReportRecords:
         return self._state.report_record(obj.metadata.name, obj.report_bytes)
