@@ -279,7 +279,7 @@ def node_rows(
                 node=name,
                 pool_bytes=account.total_pages * page_size,
                 pods_bytes=account.used_pages * page_size,
-                outside_pods_bytes=account.reserved_pages * page_size,
+                outside_pods_bytes=account.outside_pods_pages * page_size,
                 in_flight_bytes=account.held_pages * page_size,
                 in_flight_pods=holds[name].pods if name in holds else 0,
                 free_bytes=account.free_pages * page_size,
@@ -369,6 +369,6 @@ def pool_totals(accounts: Iterable[NodeAccount]) -> PoolTotals:
         page_size = a.page_size
         capacity += a.total_pages * page_size
         pods += a.used_pages * page_size
-        outside += a.reserved_pages * page_size
+        outside += a.outside_pods_pages * page_size
         inflight += min(a.held_pages, max(0, a.total_pages - a.committed_pages)) * page_size
     return PoolTotals(capacity, pods, outside, inflight)
