@@ -12,7 +12,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from aiohttp import web
@@ -29,6 +29,7 @@ from extender.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, st
 from extender.filterobserver import OTHER_NAMESPACES, EventRecorder, FilterObserver
 from extender.gatelift import lift_round
 from extender.gates import GatedPod, GatedPods
+from extender.leadership import EVERY_REPLICA, LiftTurn
 from extender.metrics import Metrics
 from extender.nudge import NudgePacer
 from extender.podoutcome import CELLS
@@ -101,6 +102,7 @@ class Extender:
         nudger: Nudger | None = None,
         gated: GatedPods | None = None,
         lifter: Lifter | None = None,
+        lift_turn: Callable[[], LiftTurn] | None = None,
     ) -> None:
         self.config = config
         self.state = state
@@ -119,6 +121,9 @@ class Extender:
         self.nudger = nudger
         self.gated = gated  # pods behind the extender's scheduling gate, lifted by ``lifter`` (extender.gates)
         self.lifter = lifter
+        # Whether this replica lifts now (``extender.leadership``: the scheduler beside it holds the Lease).
+        self.lift_turn = lift_turn or (lambda: EVERY_REPLICA)
+        self.turn: LiftTurn | None = None  # as of the last tick, for the log, the metric and /debug/state
         self._gate_budget = WriteBudget(PER_MINUTE["gate"])
         self.pacer = NudgePacer()
         self.scrapes = MetricsPage(metrics)
@@ -257,8 +262,13 @@ class Extender:
                 for size, book in self.state.books.items()
             },
             node_reports=self._node_reports(nodes, self.config.policy_for(namespace)),
+            gate_lifter=None if self.gated is None else self._gate_lifter(),
         )
         return web.json_response(document, headers={"Cache-Control": "no-store"})
+
+    def _gate_lifter(self) -> tuple[bool, str]:
+        turn = self.lift_turn()
+        return turn.lifts, turn.why
 
     async def debug_shadow(self, request: web.Request) -> web.Response:
         """Shadow's scorecard (``extender.scorecard``), for ``kubectl hugepages shadow``: per namespace
@@ -339,7 +349,9 @@ class Extender:
     def _lift_gates(self, now: float, freed: bool) -> None:
         """A round of lifts (``extender.gatelift``) when room freed or pods came behind the gate."""
         gated, lifter = self.gated, self.lifter
-        if gated is None or lifter is None or not (freed or gated.arrived) or not len(gated):
+        if gated is None or lifter is None or not self._lifts_now(gated):
+            return
+        if not (freed or gated.arrived) or not len(gated):
             return
         gated.arrived = False
         m = self.metrics
@@ -354,6 +366,18 @@ class Extender:
         for pod, _node in done.lifted:
             lifter.lift(pod)
         gated.arrived = done.unfinished
+
+    def _lifts_now(self, gated: GatedPods) -> bool:
+        """Whether this replica lifts now; on becoming the lifter it runs a round at once (room freed
+        meanwhile was taken by the ticks that did not lift)."""
+        turn = self.lift_turn()
+        if turn != self.turn:
+            log.info("scheduling gates: %s lifting (%s)", "now" if turn.lifts else "not", turn.why)
+            self.metrics.gate_lifter.set(1 if turn.lifts else 0)
+            if turn.lifts:
+                gated.arrived = True
+            self.turn = turn
+        return turn.lifts
 
     async def release_timer(self, tick_seconds: float = RELEASE_TICK_SECONDS) -> None:
         """Holds and records end on time, not at the next filter call; room freed while an enforced
