@@ -189,8 +189,8 @@ class Metrics:
         self.gate_lifter = Gauge(
             "hugepage_extender_gate_lifter",
             "1 while this extender lifts scheduling gates: the scheduler beside it holds the leader Lease"
-            " (--leader-lease), or none is named; 0 while another replica's scheduler holds it, or with"
-            " --no-lift-gates.",
+            " (--leader-lease), that Lease does not exist, or none is named; 0 while another replica's scheduler"
+            " holds it, it expired or is not read yet, or with --no-lift-gates.",
             registry=r,
         )
         self.nudge_pod = Gauge(
