@@ -142,12 +142,12 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
     metrics.nudge_pod.set(1 if nudger is not None else 0)
     gated, lifter = (GatedPods(), GateWriter(api, metrics)) if args.lift_gates else (None, None)
     informer.gated = gated
-    lease = None
-    if args.leader_lease and args.lift_gates:
-        namespace, name = args.leader_lease
-        lease = LeaseWatch(
-            api, namespace, name, hostname=args.hostname, watch_timeout_seconds=args.watch_timeout_seconds
-        )
+    # Lifts only beside the scheduler that holds its leader Lease (extender.leadership), when one is named.
+    lease = (
+        LeaseWatch(api, *args.leader_lease, hostname=args.hostname, watch_timeout_seconds=args.watch_timeout_seconds)
+        if args.leader_lease and args.lift_gates
+        else None
+    )
     extender = Extender(
         config,
         state,

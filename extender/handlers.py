@@ -123,7 +123,7 @@ class Extender:
         self.lifter = lifter
         # Whether this replica lifts now (``extender.leadership``: the scheduler beside it holds the Lease).
         self.lift_turn = lift_turn or (lambda: EVERY_REPLICA)
-        self.turn: LiftTurn | None = None  # as of the last tick, for the log, the metric and /debug/state
+        self._turn: LiftTurn | None = None  # as of the last tick: a change is logged and sets the metric
         self._gate_budget = WriteBudget(PER_MINUTE["gate"])
         self.pacer = NudgePacer()
         self.scrapes = MetricsPage(metrics)
@@ -371,12 +371,12 @@ class Extender:
         """Whether this replica lifts now; on becoming the lifter it runs a round at once (room freed
         meanwhile was taken by the ticks that did not lift)."""
         turn = self.lift_turn()
-        if turn != self.turn:
+        if turn != self._turn:
             log.info("scheduling gates: %s lifting (%s)", "now" if turn.lifts else "not", turn.why)
             self.metrics.gate_lifter.set(1 if turn.lifts else 0)
             if turn.lifts:
                 gated.arrived = True
-            self.turn = turn
+            self._turn = turn
         return turn.lifts
 
     async def release_timer(self, tick_seconds: float = RELEASE_TICK_SECONDS) -> None:
