@@ -168,6 +168,8 @@ def test_objects_are_well_formed(renders: dict[str, Rendered], scenario: str) ->
             assert label in meta["labels"], f"{where}: no {label} label"
         if doc["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in meta, where
+        elif meta["name"] == f"{EXTENDER}-leader-lease":  # beside the Lease it reads
+            assert meta["namespace"] == leader_lease_of(scenario).split("/")[0], where
         elif not (doc["kind"] == "RoleBinding" and meta["namespace"] == "kube-system"):
             assert meta["namespace"] == NAMESPACE, where
 
@@ -642,7 +644,9 @@ def test_default_bind_lets_an_enforcing_filter_admit_every_node(helm: Helm) -> N
 def test_secondary_scheduler_deployment(renders: dict[str, Rendered], scenario: str) -> None:
     rendered = renders[scenario]
     if is_own(scenario):
-        assert [r["metadata"]["name"] for r in rendered.all("Role")] == [f"{EXTENDER}-nudge"]  # no scheduler roles
+        roles = sorted(r["metadata"]["name"] for r in rendered.all("Role"))
+        lease_reader = [f"{EXTENDER}-leader-lease"] if leader_lease_of(scenario) else []
+        assert roles == [*lease_reader, f"{EXTENDER}-nudge"]  # no scheduler roles
         own_deployments = [EXTENDER] if topology_of(scenario) == "service" else []
         assert [d["metadata"]["name"] for d in rendered.all("Deployment")] == own_deployments
         bindings = [b["metadata"]["name"] for b in rendered.all("ClusterRoleBinding")]
