@@ -44,8 +44,8 @@ import msgspec
 
 from benchmarks.scheduler import APISERVER_ARGS, CLIENT_CONNECTION, SCHEDULER_NAME, Api, _in_session
 from e2e.controlplane import ControlPlane, Scheduler, Service, extender_scheduler_config, node_manifest, pod_manifest
-from extender.gates import GATE
-from extender.window import ENFORCE_MARKER
+from extender.core.gates import GATE
+from extender.core.window import ENFORCE_MARKER
 
 COLUMNS = [
     "nodes",

@@ -9,9 +9,9 @@ from typing import Any
 
 import msgspec
 
-from extender.cluster import ClusterState
-from extender.config import DEFAULT_RESOURCE, Config, build_config
-from extender.objects import Node, Pod
+from extender.core.config import DEFAULT_RESOURCE, Config, build_config
+from extender.core.objects import Node, Pod
+from extender.state.cluster import ClusterState
 
 ENFORCE = {"defaults": {"mode": "enforce", "sampleSize": 3, "widening": "fullscan"}}
 

@@ -22,8 +22,8 @@ from benchmarks.cluster import SyntheticCluster, request_body, synthetic_cluster
 from benchmarks.extender_server import CONFIG
 from benchmarks.null_extender import floor_filter, floor_prioritize, null_filter, null_prioritize
 from benchmarks.stats import percentile, timed
-from extender.verbs import ExtenderVerbs
-from extender.wire import parse_extender_args, render_filter, render_priorities
+from extender.shell.wire import parse_extender_args, render_filter, render_priorities
+from extender.state.verbs import ExtenderVerbs
 
 COLUMNS = [
     "nodes",

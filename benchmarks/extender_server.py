@@ -1,6 +1,6 @@
 """Our extender as a process over a synthetic cluster, for the HTTP benchmark.
 
-The real request path: ``extender.server.create_app`` over an ``Extender``
+The real request path: ``extender.shell.server.create_app`` over an ``Extender``
 whose state holds the synthetic cluster of ``benchmarks.cluster`` (the same
 nodes the client puts in its requests; the documents themselves are not
 kept, so the process weighs what the extender does). Pods in namespace ``bench`` get the
@@ -33,12 +33,12 @@ from typing import Any
 
 from benchmarks.cluster import synthetic_state
 from benchmarks.null_extender import MAX_BODY, serve
-from extender.capacity import hugepages_for
-from extender.handlers import Extender
-from extender.kube.informer import freeze_cache
-from extender.metrics import Metrics
-from extender.records import PodRecord, PodUsage
-from extender.server import create_app
+from extender.core.capacity import hugepages_for
+from extender.shell.handlers import Extender
+from extender.shell.kube.informer import freeze_cache
+from extender.shell.metrics import Metrics
+from extender.shell.server import create_app
+from extender.state.records import PodRecord, PodUsage
 
 CONFIG: dict[str, Any] = {
     "maxRequestBytes": MAX_BODY,

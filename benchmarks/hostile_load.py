@@ -48,8 +48,8 @@ from benchmarks.fuzz import CONFIG as FUZZ_CONFIG
 from benchmarks.fuzz import MAX_REQUEST_BYTES as FUZZ_MAX_REQUEST_BYTES
 from benchmarks.fuzz import NODES, run_requests
 from benchmarks.worst_request import names_body
-from extender.config import DEFAULT_MAX_REQUEST_BYTES
-from extender.wire import MAX_CANDIDATES
+from extender.core.config import DEFAULT_MAX_REQUEST_BYTES
+from extender.shell.wire import MAX_CANDIDATES
 
 HOST = "127.0.0.1"
 CHART_MEMORY_LIMIT_MIB = 512  # charts/hugepage-extender/values.yaml, resources.limits.memory
@@ -573,11 +573,11 @@ def probe_once(port: int, source: str, timeout: float = LIVENESS_TIMEOUT_SECONDS
 
 
 def exec_probe_once(name: str, timeout: float = LIVENESS_TIMEOUT_SECONDS) -> str:
-    """The chart's liveness probe as the kubelet runs it: ``python -m extender.alive NAME`` in the
+    """The chart's liveness probe as the kubelet runs it: ``python -m extender.shell.alive NAME`` in the
     container, failed when it exits non-zero or takes longer than ``timeout``; "" when it passed."""
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "extender.alive", name], capture_output=True, timeout=timeout, check=False
+            [sys.executable, "-m", "extender.shell.alive", name], capture_output=True, timeout=timeout, check=False
         )
     except subprocess.TimeoutExpired:
         return "TimeoutExpired"

@@ -37,7 +37,7 @@ import msgspec
 from benchmarks.cluster import node_documents, request_body
 from benchmarks.extender_server import MAX_PODS, PODS_PER_NODE
 from benchmarks.stats import percentile
-from extender.candidatelists import RECENT_CANDIDATE_LISTS
+from extender.core.candidatelists import RECENT_CANDIDATE_LISTS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEADERS = {"Content-Type": "application/json"}

@@ -12,9 +12,9 @@ _CHILD = """
 import gc, json, resource, sys
 import msgspec
 from benchmarks.cluster import node_document, pod_document
-from extender.cluster import ClusterState
-from extender.config import build_config
-from extender.objects import Node, Pod
+from extender.state.cluster import ClusterState
+from extender.core.config import build_config
+from extender.core.objects import Node, Pod
 import random
 
 def rss_kib():

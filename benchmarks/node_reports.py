@@ -20,15 +20,15 @@ from typing import Any
 import msgspec
 
 from benchmarks.stats import percentile, table, timed
-from extender.cluster import ClusterState
-from extender.config import build_config
-from extender.nodeagent.counters import KernelPool, PodPages, Source, size_report
-from extender.nodeagent.publish import DEFAULT_INTERVAL_SECONDS, PublishPolicy, PublishState
+from extender.core.config import build_config
+from extender.core.nodeagent.counters import KernelPool, PodPages, Source, size_report
+from extender.shell.nodeagent.publish import DEFAULT_INTERVAL_SECONDS, PublishPolicy, PublishState
+from extender.state.cluster import ClusterState
 
 __all__ = ["PublishPolicy", "simulate_writes", "updates", "writes"]
-from extender.nodeagent.record import NodeRecord
-from extender.nodereport import ReportObject
-from extender.objects import Node, Pod
+from extender.core.nodeagent.record import NodeRecord
+from extender.core.nodereport import ReportObject
+from extender.core.objects import Node, Pod
 
 WRITE_COLUMNS = ["nodes", "heartbeat s", "jitter", "changes /node/h", "writes/s simulated", "writes/s formula"]
 UPDATE_COLUMNS = ["nodes", "pods", "what", "p50 us", "p99 us", "per second at p50"]

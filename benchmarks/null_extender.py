@@ -35,8 +35,8 @@ from collections.abc import Sequence
 import msgspec
 from aiohttp import web
 
-from extender.answer import Reasons
-from extender.objects import NodeName, Pod
+from extender.core.answer import Reasons
+from extender.core.objects import NodeName, Pod
 
 JSON = "application/json"
 MAX_BODY = 1 << 30  # a 15,000-node full-Nodes request is ~30 MB

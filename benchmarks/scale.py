@@ -54,11 +54,11 @@ from benchmarks.null_extender import null_filter, null_prioritize
 from benchmarks.scheduler import APISERVER_ARGS, Api
 from benchmarks.stats import percentile, timed
 from e2e.controlplane import ControlPlane, node_manifest
-from extender.cluster import ClusterState
-from extender.config import build_config
-from extender.kube.client import api_client
-from extender.kube.informer import ACTIVE_PODS, ClusterInformer, freeze_cache
-from extender.kube.reflector import PAGE_SIZE
+from extender.core.config import build_config
+from extender.shell.kube.client import api_client
+from extender.shell.kube.informer import ACTIVE_PODS, ClusterInformer, freeze_cache
+from extender.shell.kube.reflector import PAGE_SIZE
+from extender.state.cluster import ClusterState
 
 SHAPES = [(5000, 100_000), (15000, 300_000)]
 QUICK_SHAPES = [(1000, 20_000)]

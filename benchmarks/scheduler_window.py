@@ -1,5 +1,5 @@
 """Time to bind on the real kube-scheduler when few pools have room: percentageOfNodesToScore 100
-against the adaptive default, with this extender's window retries (extender/window.py).
+against the adaptive default, with this extender's window retries (extender/core/window.py).
 
 One control plane on loopback, fake nodes as ``benchmarks.scheduler`` makes them (64 GiB pools),
 every pool held outside pods (the extender's ``reserved`` annotation, which the scheduler's
@@ -30,7 +30,7 @@ import msgspec
 
 from benchmarks.scheduler import APISERVER_ARGS, CLIENT_CONNECTION, SCHEDULER_NAME, Api, _in_session
 from e2e.controlplane import ControlPlane, Service, extender_scheduler_config, node_manifest, pod_manifest
-from extender.window import ENFORCE_MARKER
+from extender.core.window import ENFORCE_MARKER
 
 COLUMNS = [
     "nodes",

@@ -1,6 +1,6 @@
 """Memory of shadow's scorecard at a steady rate of pods placed (issue 32: 100,000 pods an hour).
 
-A simulated clock drives ``extender.scorecard.Scorecard`` as the extender does: each pod is judged
+A simulated clock drives ``extender.state.scorecard.Scorecard`` as the extender does: each pod is judged
 when placed, its status arrives some seconds later (Ready, then ran after the settle time; a failure;
 a deletion), a share of pods never shows an outcome (they expire after the window), and the timer
 ticks every second. The scorecard's own memory (tracemalloc, everything allocated since it was made)
@@ -21,9 +21,9 @@ import tracemalloc
 import uuid
 from typing import Any
 
-from extender.config import DEFAULT_SHADOW_SETTLE_SECONDS, DEFAULT_SHADOW_WINDOW_SECONDS
-from extender.podoutcome import PodSignal, Prediction
-from extender.scorecard import MAX_FOLLOWED, Scorecard
+from extender.core.config import DEFAULT_SHADOW_SETTLE_SECONDS, DEFAULT_SHADOW_WINDOW_SECONDS
+from extender.core.podoutcome import PodSignal, Prediction
+from extender.state.scorecard import MAX_FOLLOWED, Scorecard
 
 NAMESPACES = [f"team-{i:02d}" for i in range(20)]  # 10 named in the config, 10 folded into _other
 NAMED = set(NAMESPACES[:10])

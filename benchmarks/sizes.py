@@ -22,9 +22,9 @@ from benchmarks.cluster import SyntheticCluster, node_documents, pod_document
 from benchmarks.decision import Verbs
 from benchmarks.extender_server import CONFIG
 from benchmarks.stats import percentile, table, timed
-from extender.cluster import ClusterState
-from extender.config import build_config
-from extender.objects import Node, Pod
+from extender.core.config import build_config
+from extender.core.objects import Node, Pod
+from extender.state.cluster import ClusterState
 
 COLUMNS = ["case", "one size p50 ms", "two sizes p50 ms", "x one size", "spread", "both sizes p50 ms"]
 SIZES = {"resourceNames": ["hugepages-2Mi", "hugepages-1Gi"]}

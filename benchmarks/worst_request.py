@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from extender.config import DEFAULT_MAX_REQUEST_BYTES
-from extender.wire import MAX_CANDIDATES, MAX_POD_BYTES
+from extender.core.config import DEFAULT_MAX_REQUEST_BYTES
+from extender.shell.wire import MAX_CANDIDATES, MAX_POD_BYTES
 
 POD = {
     "metadata": {"name": "p", "namespace": "default", "uid": "u1"},

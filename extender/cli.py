@@ -21,31 +21,31 @@ from kubernetes.client import ApiClient
 from kubernetes.config.config_exception import ConfigException as KubeConfigError
 
 from extender import __version__
-from extender.cluster import ClusterState
-from extender.config import Config, ConfigError, holds_need_bind
-from extender.configfile import load_config
-from extender.diagnose import add_extender_arguments, live_explanation, remote_from_args, split_pod_name
-from extender.errors import ExtenderError
-from extender.explain import PodExplanation, explain_pod, render_table
-from extender.gates import GATE, GatedPods
-from extender.handlers import Extender
-from extender.kube.binder import ApiBinder
-from extender.kube.client import api_client
-from extender.kube.events import PodEvents
-from extender.kube.gatelift import GateWriter
-from extender.kube.informer import DEFAULT_STALE_AFTER_SECONDS, ClusterInformer, freeze_cache
-from extender.kube.lease import LeaseWatch, split_lease_name
-from extender.kube.live import api_client_for
-from extender.kube.nudge import PodNudger
-from extender.lifecycle import serve_until_stopped
-from extender.logs import configure as configure_logging
-from extender.metrics import Metrics
-from extender.nodeagent.cli import add_parser as add_node_agent_parser
-from extender.objects import Pod
-from extender.policy import Mode
-from extender.server import create_app, create_liveness_app, create_probe_app
-from extender.snapshot import SnapshotError, load_snapshot, pod_from
-from extender.tls import CertificateReloader, server_ssl_context
+from extender.core.config import Config, ConfigError, holds_need_bind
+from extender.core.errors import ExtenderError
+from extender.core.gates import GATE, GatedPods
+from extender.core.objects import Pod
+from extender.core.policy import Mode
+from extender.shell.configfile import load_config
+from extender.shell.diagnose import add_extender_arguments, live_explanation, remote_from_args, split_pod_name
+from extender.shell.handlers import Extender
+from extender.shell.kube.binder import ApiBinder
+from extender.shell.kube.client import api_client
+from extender.shell.kube.events import PodEvents
+from extender.shell.kube.gatelift import GateWriter
+from extender.shell.kube.informer import DEFAULT_STALE_AFTER_SECONDS, ClusterInformer, freeze_cache
+from extender.shell.kube.lease import LeaseWatch, split_lease_name
+from extender.shell.kube.live import api_client_for
+from extender.shell.kube.nudge import PodNudger
+from extender.shell.lifecycle import serve_until_stopped
+from extender.shell.logs import configure as configure_logging
+from extender.shell.metrics import Metrics
+from extender.shell.nodeagent.cli import add_parser as add_node_agent_parser
+from extender.shell.server import create_app, create_liveness_app, create_probe_app
+from extender.shell.snapshot import SnapshotError, load_snapshot, pod_from
+from extender.shell.tls import CertificateReloader, server_ssl_context
+from extender.state.cluster import ClusterState
+from extender.state.explain import PodExplanation, explain_pod, render_table
 
 log = logging.getLogger("extender")
 
@@ -142,7 +142,7 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
     metrics.nudge_pod.set(1 if nudger is not None else 0)
     gated, lifter = (GatedPods(), GateWriter(api, metrics)) if args.lift_gates else (None, None)
     informer.gated = gated
-    # Lifts only beside the scheduler that holds its leader Lease (extender.leadership), when one is named.
+    # Lifts only beside the scheduler that holds its leader Lease (extender.core.leadership), when one is named.
     lease = (
         LeaseWatch(api, *args.leader_lease, hostname=args.hostname, watch_timeout_seconds=args.watch_timeout_seconds)
         if args.leader_lease and args.lift_gates
@@ -392,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--liveness-socket",
         help="also serve /healthz on this abstract unix socket, for an exec liveness probe "
-        "(python -m extender.alive NAME): no other pod can reach it, so no connection flood fails it",
+        "(python -m extender.shell.alive NAME): no other pod can reach it, so no connection flood fails it",
     )
     serve.add_argument("--enable-bind", action="store_true", help="serve the bind verb (creates Bindings)")
     serve.add_argument(

@@ -10,9 +10,9 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TypeVar
 
-from extender.config import Config
-from extender.errors import ExtenderError
-from extender.policy import Mode, Policy, PolicyTable, Widening
+from extender.core.config import Config
+from extender.core.errors import ExtenderError
+from extender.core.policy import Mode, Policy, PolicyTable, Widening
 
 RESOURCE_NAME = "hugepages-2Mi"
 PAGE_SIZE_BYTES = 2 * 1024 * 1024

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from extender.answer import FilterDecision
-from extender.cluster import ClusterState
-from extender.config import Config
-from extender.podrequest import PodDemand
-from extender.policy import Mode, Policy, PolicyTable, Widening
-from extender.verbs import ExtenderVerbs
+from extender.core.answer import FilterDecision
+from extender.core.config import Config
+from extender.core.podrequest import PodDemand
+from extender.core.policy import Mode, Policy, PolicyTable, Widening
+from extender.state.cluster import ClusterState
+from extender.state.verbs import ExtenderVerbs
 from replay.model import GIB, PAGE_SIZE_BYTES, RESOURCE_NAME, ScaleSettings
 from replay.simulate import NodeSpec, node_object
 from replay.tally import percentile

@@ -26,7 +26,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 import yaml
 
-from extender.quantity import QuantityError, RawQuantity, to_millis, to_units
+from extender.core.quantity import QuantityError, RawQuantity, to_millis, to_units
 from replay.model import (
     GIB,
     Arrival,

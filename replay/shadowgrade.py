@@ -1,4 +1,4 @@
-"""Shadow's verdicts in the replay, graded as the live scorecard grades them (``extender.scorecard``).
+"""Shadow's verdicts in the replay, graded as the live scorecard grades them (``extender.state.scorecard``).
 
 Each shadow pod is judged at its pick (the replay binds 10 ms later) and its outcome is the node's at
 landing: admitted (ran) or not (failed). The extender's own ``Scorecard`` turns the pairs into cells,
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from extender.podoutcome import PodSignal, Prediction
-from extender.scorecard import PAIR_SECONDS, Scorecard
+from extender.core.podoutcome import PodSignal, Prediction
+from extender.state.scorecard import PAIR_SECONDS, Scorecard
 from replay.tally import StepTally
 
 ADMITTED = PodSignal(ready=True)  # with no settle time, ran at once

@@ -26,12 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from extender.answer import Reasons
-from extender.capacity import UNKNOWN_ACCOUNT, fits, hugepages_for
-from extender.cluster import ClusterState
-from extender.config import Config
-from extender.nodeinputs import RESERVED_ANNOTATION_PREFIX
-from extender.objects import (
+from extender.core.answer import Reasons
+from extender.core.capacity import UNKNOWN_ACCOUNT, fits, hugepages_for
+from extender.core.config import Config
+from extender.core.objects import (
     Container,
     Node,
     NodeMeta,
@@ -42,10 +40,12 @@ from extender.objects import (
     PodStatus,
     ResourceRequirements,
 )
-from extender.podrequest import PodDemand
-from extender.policy import Mode, Policy
-from extender.scoring import cpu_load, hugepage_load
-from extender.verbs import ExtenderVerbs
+from extender.core.podrequest import PodDemand
+from extender.core.policy import Mode, Policy
+from extender.core.scoring import cpu_load, hugepage_load
+from extender.state.cluster import ClusterState
+from extender.state.nodeinputs import RESERVED_ANNOTATION_PREFIX
+from extender.state.verbs import ExtenderVerbs
 from replay.model import (
     PAGE_SIZE_BYTES,
     RESOURCE_NAME,

@@ -6,7 +6,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-# The scorecard's cells (extender.podoutcome.CELLS) as the replay's report names them.
+# The scorecard's cells (extender.core.podoutcome.CELLS) as the replay's report names them.
 _TALLY_OF_CELL = {
     "predicted_failed": "predicted_and_failed",
     "predicted_ran": "predicted_but_placed",

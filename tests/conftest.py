@@ -14,13 +14,13 @@ from typing import Any, cast
 import msgspec
 from hypothesis import settings
 
-from extender.capacity import NodeAccount
-from extender.cluster import ClusterState
-from extender.config import build_config
-from extender.handlers import Extender
-from extender.metrics import Metrics
-from extender.objects import Node, Pod
-from extender.policy import POLICY_FIELDS, Policy, field_type
+from extender.core.capacity import NodeAccount
+from extender.core.config import build_config
+from extender.core.objects import Node, Pod
+from extender.core.policy import POLICY_FIELDS, Policy, field_type
+from extender.shell.handlers import Extender
+from extender.shell.metrics import Metrics
+from extender.state.cluster import ClusterState
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # e2e/ and benchmarks/ are importable from tests

@@ -1,4 +1,4 @@
-"""``extender.aiohttp_internals`` against the installed aiohttp: each private attribute it reads exists
+"""``extender.shell.aiohttp_internals`` against the installed aiohttp: each private attribute it reads exists
 and means what it assumes, on a real server and real connections over loopback. pyproject.toml allows
 only the aiohttp minor versions this test ran against: a new one is admitted by running it here."""
 
@@ -18,7 +18,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 from packaging.specifiers import SpecifierSet
 
-from extender.aiohttp_internals import (
+from extender.shell.aiohttp_internals import (
     ServerWrappingRunner,
     client_max_size,
     forget_refused_head_traceback,

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from extender.cluster import ClusterState
-from extender.config import DEFAULT_RESOURCE, build_config, holds_need_bind
-from extender.podrequest import PodDemand
-from extender.verbs import UNVERIFIED_HOLD_SECONDS, ExtenderVerbs
+from extender.core.config import DEFAULT_RESOURCE, build_config, holds_need_bind
+from extender.core.podrequest import PodDemand
+from extender.state.cluster import ClusterState
+from extender.state.verbs import UNVERIFIED_HOLD_SECONDS, ExtenderVerbs
 from tests.conftest import Clock, GiB, make_node, make_pod
 
 NEED = PodDemand({DEFAULT_RESOURCE: 1 * GiB}, cpu_millis=100)

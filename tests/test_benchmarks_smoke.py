@@ -17,7 +17,7 @@ from benchmarks import (
 )
 from benchmarks.cluster import node_documents, request_body
 from benchmarks.null_extender import field_skipping_decode, floor_prioritize, null_filter, null_prioritize
-from extender.scorecard import MAX_FOLLOWED
+from extender.state.scorecard import MAX_FOLLOWED
 
 NODES = 50
 TINY = {"names": http_decision.Budget(3, 0.0, 2.0), "nodes": http_decision.Budget(3, 0.0, 2.0)}

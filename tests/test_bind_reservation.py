@@ -15,17 +15,17 @@ from aiohttp.test_utils import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.binding import BindingArgs
-from extender.cluster import ClusterState
-from extender.config import DEFAULT_RESOURCE, build_config
-from extender.handlers import Extender
-from extender.holds import HOLD_LIMIT
-from extender.metrics import Metrics
-from extender.nodereport import PoolReport
-from extender.objects import Node, Pod
-from extender.podrequest import PodDemand
-from extender.server import create_app
-from extender.verbs import BindResult, ExtenderVerbs
+from extender.core.binding import BindingArgs
+from extender.core.config import DEFAULT_RESOURCE, build_config
+from extender.core.holds import HOLD_LIMIT
+from extender.core.nodereport import PoolReport
+from extender.core.objects import Node, Pod
+from extender.core.podrequest import PodDemand
+from extender.shell.handlers import Extender
+from extender.shell.metrics import Metrics
+from extender.shell.server import create_app
+from extender.state.cluster import ClusterState
+from extender.state.verbs import BindResult, ExtenderVerbs
 from tests.conftest import Clock, GiB, MiB, examples, make_node, make_pod, pod_json
 
 EVERY_NODE = {"defaults": {"mode": "enforce", "sampleSize": 0}}

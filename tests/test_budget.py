@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from extender.budget import ANSWER, BODY, IN_HAND, KEPT, BufferLedger, ConnectionView, Room, eviction_order
-from extender.logs import RepeatLimiter
+from extender.core.budget import ANSWER, BODY, IN_HAND, KEPT, BufferLedger, ConnectionView, Room, eviction_order
+from extender.shell.logs import RepeatLimiter
 
 
 def test_the_idlest_connection_that_did_the_least_gives_way_first() -> None:

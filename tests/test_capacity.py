@@ -2,7 +2,7 @@
 
 import pytest
 
-from extender.capacity import Fit, NodeAccount, fits, hugepages_for
+from extender.core.capacity import Fit, NodeAccount, fits, hugepages_for
 from tests.conftest import make_account as pool  # pages of 2Mi: pool, used, reserved; held_mib in flight
 
 MiB = 1024 * 1024

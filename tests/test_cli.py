@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extender import kubectl_plugin
 from extender.cli import main
+from extender.shell import kubectl_plugin
 from tests.conftest import ROOT
 
 POD = ROOT / "examples" / "pod-2gi.yaml"

@@ -2,11 +2,11 @@
 
 import pytest
 
-from extender.capacity import NodeAccount
-from extender.cluster import ClusterState
-from extender.config import DEFAULT_RESOURCE, build_config
-from extender.podrequest import PodDemand
-from extender.quantity import QuantityError
+from extender.core.capacity import NodeAccount
+from extender.core.config import DEFAULT_RESOURCE, build_config
+from extender.core.podrequest import PodDemand
+from extender.core.quantity import QuantityError
+from extender.state.cluster import ClusterState
 from tests.conftest import PAGE_2MI, Clock, GiB, make_node, make_pod
 
 

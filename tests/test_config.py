@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from extender.config import ConfigError, build_config, page_size_of
-from extender.configfile import load_config
-from extender.policy import Mode, Policy, Widening
+from extender.core.config import ConfigError, build_config, page_size_of
+from extender.core.policy import Mode, Policy, Widening
+from extender.shell.configfile import load_config
 
 
 def test_empty_config_is_the_built_in_defaults() -> None:

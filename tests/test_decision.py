@@ -4,12 +4,12 @@ import random
 
 import pytest
 
-from extender.answer import FilterDecision, Outcome, Reasons
-from extender.capacity import NodeAccount
-from extender.config import DEFAULT_RESOURCE
-from extender.decision import filter_nodes, prioritize_nodes
-from extender.podrequest import PodDemand
-from extender.policy import Mode, Policy, Widening
+from extender.core.answer import FilterDecision, Outcome, Reasons
+from extender.core.capacity import NodeAccount
+from extender.core.config import DEFAULT_RESOURCE
+from extender.core.decision import filter_nodes, prioritize_nodes
+from extender.core.podrequest import PodDemand
+from extender.core.policy import Mode, Policy, Widening
 from tests.conftest import make_account
 
 MiB = 1024 * 1024

@@ -17,11 +17,10 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from extender.capacity import NodeAccount
 from extender.cli import main as cli_main
-from extender.config import DEFAULT_RESOURCE
-from extender.diagnose import PodNameError, split_pod_name
-from extender.diagnostics import (
+from extender.core.capacity import NodeAccount
+from extender.core.config import DEFAULT_RESOURCE
+from extender.core.diagnostics import (
     NodeHolds,
     StateDocumentError,
     format_bytes,
@@ -33,16 +32,17 @@ from extender.diagnostics import (
     state_document,
     with_holds,
 )
-from extender.explain import explain, render_table
-from extender.handlers import Extender
-from extender.holds import Hold
-from extender.kube.live import context_namespace
-from extender.kubectl_plugin import main as plugin_main
-from extender.metrics import Metrics
-from extender.podrequest import PodDemand
-from extender.policy import Mode, Policy, PolicyTable
-from extender.server import create_app, create_probe_app
-from extender.waiting import Waiting, WaitingPods
+from extender.core.holds import Hold
+from extender.core.podrequest import PodDemand
+from extender.core.policy import Mode, Policy, PolicyTable
+from extender.core.waiting import Waiting, WaitingPods
+from extender.shell.diagnose import PodNameError, split_pod_name
+from extender.shell.handlers import Extender
+from extender.shell.kube.live import context_namespace
+from extender.shell.kubectl_plugin import main as plugin_main
+from extender.shell.metrics import Metrics
+from extender.shell.server import create_app, create_probe_app
+from extender.state.explain import explain, render_table
 from tests.conftest import ROOT, make_account, make_extender, make_node, make_pod, make_state, pod_json
 
 MI = 1 << 20

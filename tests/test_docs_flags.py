@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from extender.cli import build_parser
-from extender.kubectl_plugin import build_parser as build_plugin_parser
+from extender.shell.kubectl_plugin import build_parser as build_plugin_parser
 from replay.cli import add_parser as add_replay_parser
 
 ROOT = Path(__file__).resolve().parents[1]

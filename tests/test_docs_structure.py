@@ -1,11 +1,11 @@
 """docs/design.md's structure section ("The package, and what each part owns") against the tree:
-its table names every module of ``extender/`` that exists and no module that does not, each in the
-layer the import contracts (pyproject's ``[tool.importlinter]``) hold it to. A module added, moved
-or deleted breaks this test until the table says so.
+its table names every module of ``extender/`` that exists and no module that does not. A module
+added, moved or deleted breaks this test until the table says so.
 
-The table's second column names modules by their path in the package (``quantity``,
-``nodeagent.probe``) or a whole sub-package by its folder (``kube/``); the first column is the
-layer: ``core``, ``state`` or ``shell``.
+The table's first column is the layer, which is the module's folder (``core``, ``state``, ``shell``:
+the folders the import contracts in pyproject's ``[tool.importlinter]`` name), or ``package`` for
+the package's top (``cli``, the wiring, and ``data``). The second column names modules by their path
+in that folder (``quantity``, ``nodeagent.probe``) or a whole sub-package by its folder (``kube/``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ PACKAGE = ROOT / "extender"
 SECTION = "## The package, and what each part owns"
 # ``python -m extender``: two lines handing over to ``cli``, not a part a reader looks for.
 ENTRY_POINTS = {"__main__"}
+# The first column's name for the package's top: the wiring (``cli``) and the example snapshot (``data``).
+TOP = "package"
 
 
 def modules_in_the_tree() -> set[str]:
@@ -43,38 +45,24 @@ def modules_in_the_tree() -> set[str]:
 
 
 def table_rows(text: str) -> list[tuple[str, list[str]]]:
-    """The structure table's rows: (layer, the names in its module column)."""
+    """The structure table's rows: (layer, the names in its module column, each by its path in the package)."""
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     rows = []
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if not line.startswith("|") or len(cells) < 3 or cells[0] == "layer" or set(cells[0]) <= set("-: "):
             continue
-        rows.append((cells[0], re.findall(r"`([^`]+)`", cells[1])))
+        prefix = "" if cells[0] == TOP else f"{cells[0]}."
+        rows.append((cells[0], [prefix + name for name in re.findall(r"`([^`]+)`", cells[1])]))
     return rows
 
 
 def covered(name: str, modules: Iterable[str]) -> set[str]:
-    """The modules a name of the table stands for: itself, or every module under a folder ``kube/``."""
+    """The modules a name of the table stands for: itself, or every module under a folder ``shell.kube/``."""
     if name.endswith("/"):
         folder = name.removesuffix("/").replace("/", ".")
         return {m for m in modules if m.startswith(folder + ".")}
     return {name} & set(modules)
-
-
-def layer_of(module: str) -> str:
-    """The layer the contracts hold ``module`` to: core (the layers contract's lowest two layers,
-    the pure core and ``errors``), state (the ``state`` contract's sources), else shell."""
-    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    layers = next(c for c in contracts if c["id"] == "layers")["layers"]
-    core = {name.strip() for layer in layers[-2:] for name in layer.replace("|", ":").split(":")}
-    state = set(next(c for c in contracts if c["id"] == "state")["source_modules"])
-    full = f"extender.{module}"
-
-    def placed(names: set[str]) -> bool:
-        return any(full == name or full.startswith(name + ".") for name in names)
-
-    return "core" if placed(core) else "state" if placed(state) else "shell"
 
 
 def test_the_structure_table_names_every_module_of_the_tree_and_only_those() -> None:
@@ -90,25 +78,22 @@ def test_the_structure_table_names_every_module_of_the_tree_and_only_those() -> 
     assert omitted == [], "docs/design.md's structure table leaves out modules of extender/"
 
 
-def test_each_module_sits_in_the_layer_its_row_says() -> None:
-    modules = modules_in_the_tree()
-    misplaced = sorted(
-        f"{module}: the table says {layer}, the contracts {layer_of(module)}"
-        for layer, names in table_rows((ROOT / "docs" / "design.md").read_text())
-        for name in names
-        for module in covered(name, modules)
-        if layer_of(module) != layer
-    )
-    assert misplaced == []
+def test_the_tables_layers_are_the_contracts_folders() -> None:
+    """Each row's layer is a folder the layers contract names (or the package's top): the folder a
+    module sits in is its layer, so a row in the wrong layer names a module that does not exist."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    folders = set(next(c for c in contracts if c["id"] == "layers")["layers"]) & {p.name for p in PACKAGE.iterdir()}
+    layers = {layer for layer, _ in table_rows((ROOT / "docs" / "design.md").read_text())}
+    assert layers == folders | {TOP}
 
 
 def test_the_reading_of_the_tree_sees_what_is_there() -> None:
     """The tree as this test reads it: plain modules, modules of a sub-package, a package of data
     files counted as one module, the entry point and the namespaces of sub-packages left out."""
     modules = modules_in_the_tree()
-    assert {"quantity", "cluster", "nodeagent.probe", "kube.informer", "data"} <= modules
-    assert not {"__main__", "kube", "nodeagent", ""} & modules
-    assert covered("kube/", modules) == {m for m in modules if m.startswith("kube.")}
+    assert {"core.quantity", "state.cluster", "shell.nodeagent.probe", "shell.kube.informer", "data", "cli"} <= modules
+    assert not {"__main__", "core", "shell.kube", "shell.nodeagent", ""} & modules
+    assert covered("shell.kube/", modules) == {m for m in modules if m.startswith("shell.kube.")}
     assert covered("no_such_module", modules) == set()
 
 
@@ -117,6 +102,6 @@ def test_a_stale_table_fails() -> None:
     modules = modules_in_the_tree()
     text = f"{SECTION}\n\n| layer | module | owns |\n|---|---|---|\n| core | `quantity`, `gone` | x |\n\n## Next\n"
     (row,) = table_rows(text)
-    assert row == ("core", ["quantity", "gone"])
-    assert covered("gone", modules) == set()
-    assert modules - covered("quantity", modules)
+    assert row == ("core", ["core.quantity", "core.gone"])
+    assert covered("core.gone", modules) == set()
+    assert modules - covered("core.quantity", modules)

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.config import Config
-from extender.policy import Policy, policy_document
+from extender.core.config import Config
+from extender.core.policy import Policy, policy_document
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "hugepage-extender"
@@ -34,7 +34,7 @@ CITED = re.compile(r"(?:`|--set )([a-z][A-Za-z]*(?:\.[A-Za-z0-9<>*_{}-]+)+)")
 # Not chart values, though they begin like one: files, Python names (snake_case, modules of the
 # package), and the value the upgrade notes say is gone.
 FILES = re.compile(r"\.(go|json|yaml|py|md|txt|crt|key|sh)$")
-PYTHON = re.compile(r"\.[a-z]+_[a-z_]+|^extender\.(server|verbs|cluster|config|cli|metrics)\b")
+PYTHON = re.compile(r"\.[a-z]+_[a-z_]+|^extender\.(core|state|shell|cli)\b")
 REMOVED = {"scheduler.extender.ignorable": "install.md"}
 
 

@@ -26,12 +26,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from extender.cli import main as cli_main
-from extender.cluster import ClusterState
-from extender.configfile import load_config
-from extender.handlers import Extender
-from extender.metrics import Metrics
-from extender.server import create_app
-from extender.snapshot import load_snapshot
+from extender.shell.configfile import load_config
+from extender.shell.handlers import Extender
+from extender.shell.metrics import Metrics
+from extender.shell.server import create_app
+from extender.shell.snapshot import load_snapshot
+from extender.state.cluster import ClusterState
 from tests.conftest import make_node, make_pod
 from tests.verdicts import of_explanation, of_filter_answer
 

@@ -6,14 +6,14 @@ from typing import Any
 import msgspec
 from kubernetes.client import ApiClient
 
-from extender.cluster import ClusterState
-from extender.config import DEFAULT_RESOURCE
-from extender.gatelift import LIFTS_PER_ROUND
-from extender.gates import GATE, GatedPod, GatedPods, gate_index
-from extender.handlers import Extender
-from extender.kube.informer import ClusterInformer
-from extender.objects import Pod
-from extender.writes import WriteBudget
+from extender.core.config import DEFAULT_RESOURCE
+from extender.core.gates import GATE, GatedPod, GatedPods, gate_index
+from extender.core.objects import Pod
+from extender.core.writes import WriteBudget
+from extender.shell.handlers import Extender
+from extender.shell.kube.informer import ClusterInformer
+from extender.state.cluster import ClusterState
+from extender.state.gatelift import LIFTS_PER_ROUND
 from tests.conftest import make_extender, make_node, make_state
 
 CONFIG = {"defaults": {"mode": "enforce", "sampleSize": 0}, "namespaces": {"canary": {"mode": "shadow"}}}
@@ -61,6 +61,7 @@ def watched(state: ClusterState) -> tuple[Extender, ClusterInformer, RecordedLif
     lifts = RecordedLifts()
     pods = GatedPods()
     extender = make_extender(state, gated=pods, lifter=lifts)
+    extender.lift_clock = lambda: 0.0  # rounds bounded by count only: a loaded machine would cut them short
     informer = ClusterInformer(ApiClient(), state)
     informer.gated = pods
     return extender, informer, lifts

@@ -2,7 +2,7 @@
 
 import random
 
-from extender.holds import Hold, HoldLedger
+from extender.core.holds import Hold, HoldLedger
 
 
 def test_expiry_releases_exactly_the_holds_past_their_deadline() -> None:

@@ -15,12 +15,12 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from extender.binding import BindingArgs
-from extender.cluster import ClusterState
-from extender.config import DEFAULT_RESOURCE
-from extender.handlers import Extender
-from extender.limits import app_runner
-from extender.server import create_app
+from extender.core.binding import BindingArgs
+from extender.core.config import DEFAULT_RESOURCE
+from extender.shell.handlers import Extender
+from extender.shell.limits import app_runner
+from extender.shell.server import create_app
+from extender.state.cluster import ClusterState
 from tests.conftest import make_extender, make_node, make_pod, make_state, pod_json
 
 CONFIG = {"defaults": {"mode": "enforce", "sampleSize": 3}}

@@ -36,14 +36,14 @@ from benchmarks.hostile_load import (
     withheld_uploads,
 )
 from benchmarks.worst_request import names_body
-from extender.alive import alive
-from extender.cluster import ClusterState
-from extender.config import DEFAULT_MAX_REQUEST_BYTES, build_config
-from extender.connections import cut_overdue_answers
-from extender.handlers import Extender
-from extender.limits import app_runner
-from extender.metrics import Metrics
-from extender.server import create_app
+from extender.core.config import DEFAULT_MAX_REQUEST_BYTES, build_config
+from extender.shell.alive import alive
+from extender.shell.connections import cut_overdue_answers
+from extender.shell.handlers import Extender
+from extender.shell.limits import app_runner
+from extender.shell.metrics import Metrics
+from extender.shell.server import create_app
+from extender.state.cluster import ClusterState
 from tests.conftest import make_node
 
 MiB = 1024 * 1024
@@ -277,7 +277,7 @@ def test_a_connection_flood_never_fails_three_liveness_probes_in_a_row(tmp_path:
     """Issue 29: 1,024 clients opening and closing connections to the probe port made 30% of the
     kubelet's fresh-connection probes fail, 5-7 in a row (three failed liveness probes restart the
     container). The chart's liveness probe now goes through an abstract unix socket no other pod can
-    reach (``python -m extender.alive``), run here as the kubelet runs it, every 0.5 s (the chart:
+    reach (``python -m extender.shell.alive``), run here as the kubelet runs it, every 0.5 s (the chart:
     every 10 s) while the flood runs; the flood's own address gives way first at the cap."""
     name = f"hugepage-extender-test-{os.getpid()}"
     serve = Serve(tmp_path, liveness_socket=name)

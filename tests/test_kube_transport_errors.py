@@ -11,11 +11,11 @@ import socket
 import pytest
 from kubernetes import client
 
-from extender.binding import BindError, BindingArgs
-from extender.kube.binder import ApiBinder
-from extender.kube.events import PodEvents
-from extender.metrics import Metrics
-from extender.objects import ObjectMeta, Pod
+from extender.core.binding import BindError, BindingArgs
+from extender.core.objects import ObjectMeta, Pod
+from extender.shell.kube.binder import ApiBinder
+from extender.shell.kube.events import PodEvents
+from extender.shell.metrics import Metrics
 
 
 def _unreachable_api() -> client.ApiClient:

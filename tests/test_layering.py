@@ -1,9 +1,10 @@
-"""The layering contracts (pyproject's ``[tool.importlinter]``) hold, cover every module, and fail
-on a deliberate bad import of each forbidden kind."""
+"""The layering contracts (pyproject's ``[tool.importlinter]``) hold, the folders are the layers, and each
+contract fails on a deliberate bad import of its kind or a module placed in no layer."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,8 +13,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-# Package roots that hold no code of a layer: the version string, the namespaces of sub-packages.
-NOT_IN_A_LAYER = {"extender", "extender.kube", "extender.nodeagent"}
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
@@ -42,72 +41,71 @@ def contracts() -> list[dict[str, object]]:
     return found
 
 
-def modules() -> list[str]:
-    package = ROOT / "extender"
-    found = []
-    for path in sorted(package.rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    return found
-
-
 def test_the_tree_keeps_its_layers(tmp_path: Path) -> None:
     result = lint_imports(copy_of_the_package(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_every_module_sits_in_a_layer() -> None:
-    """A new module must be placed: in a layer of its own or under one (a package in a layer)."""
-    (layers,) = [c for c in contracts() if c["type"] == "layers"]
-    assert isinstance(layers["layers"], list)
-    placed = {name.strip() for layer in layers["layers"] for name in layer.replace("|", ":").split(":")}
-    unplaced = [
-        module
-        for module in modules()
-        if module not in NOT_IN_A_LAYER and not any(module == p or module.startswith(p + ".") for p in placed)
-    ]
-    assert unplaced == []
-    # Those left out hold no code that imports the package.
-    for module in NOT_IN_A_LAYER:
-        init = ROOT.joinpath(*module.split("."), "__init__.py")
-        assert "import" not in init.read_text(), module
+def test_the_folders_are_the_layers() -> None:
+    """The package's folders are its layers: the top contract names them, each folder's contract names
+    its order, and all are exhaustive, so a module placed in no layer (a new file at the top, or one
+    a folder's contract does not name) breaks the build (shown in the bad-imports test)."""
+    by_id = {c["id"]: c for c in contracts()}
+    top = by_id["layers"]
+    assert top["containers"] == ["extender"]
+    assert top["layers"] == ["__main__", "cli", "shell", "state", "core"]
+    folders = sorted(p.name for p in (ROOT / "extender").iterdir() if (p / "__init__.py").exists())
+    assert folders == ["core", "data", "shell", "state"]
+    assert top["exhaustive_ignores"] == ["data"]
+    for folder in ("shell", "state", "core"):
+        (contract,) = [c for c in contracts() if c.get("containers") == [f"extender.{folder}"]]
+        assert contract["type"] == "layers"
+    assert all(c.get("exhaustive") is True for c in contracts() if c["type"] == "layers")
 
 
-def test_every_core_module_is_held_to_no_io() -> None:
-    """The core layer of the layers contract and the pure-core contract's sources are one list."""
-    (layers,) = [c for c in contracts() if c["type"] == "layers"]
-    (pure,) = [c for c in contracts() if c["id"] == "pure-core"]
-    assert isinstance(layers["layers"], list)
-    assert isinstance(pure["source_modules"], list)
-    core = {name.strip() for name in layers["layers"][-2].split(":")} | {layers["layers"][-1]}
-    assert core - {"extender.data"} == set(pure["source_modules"])
+def test_the_io_contracts_name_the_folders() -> None:
+    """The pure core and the state are held to their imports as folders: a module added to one is held at once."""
+    by_id = {c["id"]: c for c in contracts()}
+    assert by_id["pure-core"]["source_modules"] == ["extender.core"]
+    assert by_id["state"]["source_modules"] == ["extender.state"]
 
 
-# Each forbidden kind: (module, the bad import added to it, what lint-imports says).
+def test_the_packages_hold_no_code() -> None:
+    """The folders' own ``__init__`` modules say what the folder is and import nothing, so no layer's
+    code hides in them."""
+    inits = [path for path in (ROOT / "extender").rglob("__init__.py") if "__pycache__" not in path.parts]
+    assert len(inits) >= 8
+    for init in inits:
+        assert "import" not in init.read_text(), init
+
+
+# Each forbidden kind: (module, what it imports on purpose), which lint-imports names "- module -> imported".
 BAD_IMPORTS = [
-    ("capacity", "import aiohttp", "extender.capacity is not allowed to import aiohttp"),  # an I/O framework
-    ("quantity", "import os", "extender.quantity is not allowed to import os"),  # the standard library's I/O
-    ("policy", "import pathlib", "extender.policy is not allowed to import pathlib"),
-    ("scoring", "import extender.server", "extender.scoring is not allowed to import extender.server"),  # the shell
-    ("holds", "import extender.cluster", "extender.holds is not allowed to import extender.cluster"),  # the state
-    (
-        "nodereport",
-        "import extender.nodeagent.probe",
-        "extender.nodereport is not allowed to import extender.nodeagent.probe",
-    ),  # the agent's I/O
-    ("cluster", "import extender.wire", "extender.cluster is not allowed to import extender.wire"),  # state -> shell
-    ("explain", "import kubernetes", "extender.explain is not allowed to import kubernetes"),  # state -> framework
-    ("server", "import extender.kube.live", "extender.server is not allowed to import extender.kube"),  # shell parts
-    ("metrics", "import replay", "extender is not allowed to import replay"),  # the runtime -> the replay
+    ("core/capacity", "aiohttp"),  # an I/O framework
+    ("core/quantity", "os"),  # the standard library's I/O
+    ("core/policy", "pathlib"),
+    ("core/scoring", "extender.shell.server"),  # core -> shell
+    ("core/holds", "extender.state.cluster"),  # core -> state
+    ("core/nodereport", "extender.shell.nodeagent.probe"),  # the agent's I/O
+    ("state/cluster", "extender.shell.wire"),  # state -> shell
+    ("state/explain", "kubernetes"),  # state -> framework
+    ("shell/server", "extender.shell.kube.live"),  # shell parts
+    ("shell/metrics", "replay"),  # the runtime -> the replay
 ]
+# Modules placed in no layer: a file at the package's top, and one its folder's contract does not name.
+STRAYS = [("stray", "- extender.stray"), ("state/stray", "- extender.state.stray")]
 
 
 def test_a_bad_import_of_each_kind_breaks_a_contract(tmp_path: Path) -> None:
     tree = copy_of_the_package(tmp_path)
-    for module, statement, _ in BAD_IMPORTS:
+    for module, imported in BAD_IMPORTS:
         path = tree / "extender" / f"{module}.py"
-        path.write_text(path.read_text() + f"\n{statement}  # a deliberate bad import\n")
+        path.write_text(path.read_text() + f"\nimport {imported}  # a deliberate bad import\n")
+    for module, _ in STRAYS:
+        (tree / "extender" / f"{module}.py").write_text('"""A module placed in no layer."""\n')
     result = lint_imports(tree)
     assert result.returncode != 0
-    missing = [message for _, _, message in BAD_IMPORTS if message not in result.stdout]
+    expected = [rf"-\s+extender\.{module.replace('/', '.')} -> {imported} " for module, imported in BAD_IMPORTS]
+    expected += [re.escape(message) for _, message in STRAYS]
+    missing = [pattern for pattern in expected if not re.search(pattern, result.stdout)]
     assert missing == [], result.stdout

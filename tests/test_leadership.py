@@ -1,5 +1,5 @@
 """Only the extender beside the scheduler that holds the leader Lease lifts gates: the decision
-(``extender.leadership``), the Lease as the watch reads it (``extender.kube.lease``) and the lift rounds
+(``extender.core.leadership``), the Lease as the watch reads it (``extender.shell.kube.lease``) and the lift rounds
 it lets through (``Extender``). On the real API server and kube-scheduler: e2e/cluster/test_leader_lease.py."""
 
 import json
@@ -12,12 +12,12 @@ from aiohttp.test_utils import TestClient
 from kubernetes.client import ApiClient
 
 from extender.cli import build_parser
-from extender.gates import GatedPods
-from extender.handlers import Extender
-from extender.kube.informer import ClusterInformer
-from extender.kube.lease import LeaseObject, LeaseWatch, lease_record
-from extender.leadership import LeaseRecord, LiftTurn, holder_host, lift_turn
-from extender.server import create_app
+from extender.core.gates import GatedPods
+from extender.core.leadership import LeaseRecord, LiftTurn, holder_host, lift_turn
+from extender.shell.handlers import Extender
+from extender.shell.kube.informer import ClusterInformer
+from extender.shell.kube.lease import LeaseObject, LeaseWatch, lease_record
+from extender.shell.server import create_app
 from tests.conftest import make_extender, make_node, make_state
 from tests.test_gates import CONFIG, RecordedLifts, gated, show, tick
 

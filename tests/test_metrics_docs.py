@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from extender.cluster import ClusterState
-from extender.config import Config
-from extender.metrics import Metrics
+from extender.core.config import Config
+from extender.shell.metrics import Metrics
+from extender.state.cluster import ClusterState
 from tests.conftest import ROOT
 
 

@@ -11,21 +11,21 @@ import msgspec
 import pytest
 from prometheus_client import generate_latest
 
-from extender.answer import Reasons
-from extender.capacity import Fit, fits
-from extender.cluster import ClusterState
-from extender.config import DEFAULT_RESOURCE, build_config
-from extender.decision import filter_nodes
-from extender.diagnostics import parse_state_document
-from extender.explain import explain, render_table
-from extender.handlers import Extender
-from extender.metrics import Metrics
-from extender.nodereport import ReportError, read_report
-from extender.podrequest import PodDemand
-from extender.policy import Mode, Policy
-from extender.reports import ReportState
-from extender.server import create_app
-from extender.snapshot import parse_snapshot
+from extender.core.answer import Reasons
+from extender.core.capacity import Fit, fits
+from extender.core.config import DEFAULT_RESOURCE, build_config
+from extender.core.decision import filter_nodes
+from extender.core.diagnostics import parse_state_document
+from extender.core.nodereport import ReportError, read_report
+from extender.core.podrequest import PodDemand
+from extender.core.policy import Mode, Policy
+from extender.shell.handlers import Extender
+from extender.shell.metrics import Metrics
+from extender.shell.server import create_app
+from extender.shell.snapshot import parse_snapshot
+from extender.state.cluster import ClusterState
+from extender.state.explain import explain, render_table
+from extender.state.reports import ReportState
 from tests.conftest import Clock, MiB, make_node, make_pod
 
 NOW = 1_800_000_000.0

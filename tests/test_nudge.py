@@ -7,13 +7,13 @@ from collections.abc import Callable
 
 import pytest
 
-from extender.cluster import ClusterState
-from extender.config import DEFAULT_RESOURCE, build_config
-from extender.handlers import Extender
-from extender.metrics import Metrics
-from extender.nudge import NudgePacer
-from extender.podrequest import PodDemand
-from extender.wire import parse_extender_args
+from extender.core.config import DEFAULT_RESOURCE, build_config
+from extender.core.nudge import NudgePacer
+from extender.core.podrequest import PodDemand
+from extender.shell.handlers import Extender
+from extender.shell.metrics import Metrics
+from extender.shell.wire import parse_extender_args
+from extender.state.cluster import ClusterState
 from tests.conftest import GiB, make_node, make_pod
 
 

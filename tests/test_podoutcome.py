@@ -1,4 +1,4 @@
-"""A pod's outcome from its watched status (extender.podoutcome)."""
+"""A pod's outcome from its watched status (extender.core.podoutcome)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from extender.objects import Pod
-from extender.podoutcome import (
+from extender.core.objects import Pod
+from extender.core.podoutcome import (
     PodOutcome,
     PodSignal,
     Prediction,

@@ -5,8 +5,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from extender.objects import Pod
-from extender.podrequest import effective_request, pod_demand
+from extender.core.objects import Pod
+from extender.core.podrequest import effective_request, pod_demand
 
 GiB = 1 << 30
 

@@ -19,13 +19,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from extender.cluster import ClusterState
-from extender.config import FILE_KEYS, ConfigError, build_config
-from extender.diagnostics import StateDocumentError, parse_state_document
-from extender.handlers import Extender
-from extender.metrics import Metrics
-from extender.policy import POLICY_FIELDS, POLICY_KEYS, Mode, Policy, policy_document, policy_from_document
-from extender.server import create_app
+from extender.core.config import FILE_KEYS, ConfigError, build_config
+from extender.core.diagnostics import StateDocumentError, parse_state_document
+from extender.core.policy import POLICY_FIELDS, POLICY_KEYS, Mode, Policy, policy_document, policy_from_document
+from extender.shell.handlers import Extender
+from extender.shell.metrics import Metrics
+from extender.shell.server import create_app
+from extender.state.cluster import ClusterState
 from tests.conftest import make_node, other_value
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]

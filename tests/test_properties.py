@@ -9,22 +9,22 @@ import msgspec
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from extender.answer import FilterDecision, Reasons
-from extender.capacity import Fit, NodeAccount, ceiling_bytes, fits, headroom_bytes, numa_headroom_bytes
-from extender.cluster import ClusterState
-from extender.columnar import VECTOR_THRESHOLD
-from extender.columns import FIELDS as COLUMN_FIELDS
-from extender.columns import NodeColumns
-from extender.config import DEFAULT_RESOURCE, build_config
-from extender.decision import filter_nodes, filter_sizes, prioritize_nodes, prioritize_sizes
-from extender.namelist import NameList
-from extender.nodereport import PoolReport
-from extender.objects import ObjectMeta, Pod, PodSpec
-from extender.podrequest import PodDemand, SizeNeed
-from extender.policy import Mode, Policy, Widening
-from extender.reference import SizeView, size_load, size_verdict
-from extender.scoring import hugepage_load, node_load, priorities, priority
-from extender.wire import ExtenderArgs, render_filter
+from extender.core.answer import FilterDecision, Reasons
+from extender.core.capacity import Fit, NodeAccount, ceiling_bytes, fits, headroom_bytes, numa_headroom_bytes
+from extender.core.columnar import VECTOR_THRESHOLD
+from extender.core.columns import FIELDS as COLUMN_FIELDS
+from extender.core.columns import NodeColumns
+from extender.core.config import DEFAULT_RESOURCE, build_config
+from extender.core.decision import filter_nodes, filter_sizes, prioritize_nodes, prioritize_sizes
+from extender.core.namelist import NameList
+from extender.core.nodereport import PoolReport
+from extender.core.objects import ObjectMeta, Pod, PodSpec
+from extender.core.podrequest import PodDemand, SizeNeed
+from extender.core.policy import Mode, Policy, Widening
+from extender.core.reference import SizeView, size_load, size_verdict
+from extender.core.scoring import hugepage_load, node_load, priorities, priority
+from extender.shell.wire import ExtenderArgs, render_filter
+from extender.state.cluster import ClusterState
 from tests.conftest import Clock, examples, make_node, make_pod
 
 PAGE = 2 * 1024 * 1024

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.utils import parse_quantity as _client_parse_quantity
 
-from extender.quantity import (
+from extender.core.quantity import (
     INT64_MAX,
     MAX_QUANTITY_CHARS,
     QuantityError,
@@ -142,6 +142,7 @@ def test_the_grammar_agrees_with_the_kubernetes_client(text: str) -> None:
 
 
 def test_the_core_imports_no_kubernetes_client() -> None:
-    code = "import sys, extender.quantity, extender.podrequest, extender.decision; print('kubernetes' in sys.modules)"
+    modules = "extender.core.quantity, extender.core.podrequest, extender.core.decision"
+    code = f"import sys, {modules}; print('kubernetes' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

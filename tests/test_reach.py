@@ -1,4 +1,4 @@
-"""Which nodes a pod may use (extender/reach.py), as kube-scheduler's NodeAffinity, TaintToleration and
+"""Which nodes a pod may use (extender/core/reach.py), as kube-scheduler's NodeAffinity, TaintToleration and
 NodeUnschedulable filters read the pod and the node (v1.37.2)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from extender.objects import Node, Pod
-from extender.reach import UNCONSTRAINED, node_reach, pod_reach
+from extender.core.objects import Node, Pod
+from extender.core.reach import UNCONSTRAINED, node_reach, pod_reach
 
 
 def pod(**spec: Any) -> Pod:

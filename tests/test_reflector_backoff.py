@@ -19,11 +19,11 @@ import pytest
 from aiohttp import web
 from kubernetes import client
 
-from extender.cluster import ClusterState
-from extender.config import build_config
-from extender.kube.informer import ClusterInformer
-from extender.kube.reflector import Handlers, Reflector, Resource
-from extender.objects import Node
+from extender.core.config import build_config
+from extender.core.objects import Node
+from extender.shell.kube.informer import ClusterInformer
+from extender.shell.kube.reflector import Handlers, Reflector, Resource
+from extender.state.cluster import ClusterState
 
 NODE = {"metadata": {"name": "n1", "resourceVersion": "6"}}
 GONE = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410}

@@ -10,12 +10,12 @@ import pytest
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from extender.cluster import ClusterState
-from extender.config import build_config
-from extender.kube.backoff import Backoff
-from extender.kube.informer import ClusterInformer
-from extender.kube.reflector import PAGE_SIZE, Gone, Handlers, NotInstalled, Reflector, Resource, _lines
-from extender.objects import Pod
+from extender.core.config import build_config
+from extender.core.objects import Pod
+from extender.shell.kube.backoff import Backoff
+from extender.shell.kube.informer import ClusterInformer
+from extender.shell.kube.reflector import PAGE_SIZE, Gone, Handlers, NotInstalled, Reflector, Resource, _lines
+from extender.state.cluster import ClusterState
 
 
 def test_backoff_doubles_from_0_8_to_30_seconds_with_jitter() -> None:

@@ -5,8 +5,8 @@ import random
 import numpy as np
 import pytest
 
-from extender.policy import Widening
-from extender.sampling import best_of_k
+from extender.core.policy import Widening
+from extender.core.sampling import best_of_k
 
 NODES = [f"n{i}" for i in range(20)]
 

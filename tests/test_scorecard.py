@@ -1,4 +1,4 @@
-"""Shadow's scorecard (extender.scorecard): every pod counted once, in its cell (a false alarm and a miss
+"""Shadow's scorecard (extender.state.scorecard): every pod counted once, in its cell (a false alarm and a miss
 on one node, in one burst, paired); counted only once its cell is final; bounded memory."""
 
 from __future__ import annotations
@@ -10,20 +10,20 @@ from typing import Any
 import msgspec
 import pytest
 
-from extender.cluster import ClusterState
-from extender.config import build_config
-from extender.handlers import Extender
-from extender.metrics import Metrics
-from extender.objects import Pod
-from extender.podoutcome import CELLS, ENDS, PodOutcome, PodSignal, Prediction, cell_of
-from extender.scorecard import (
+from extender.core.config import build_config
+from extender.core.objects import Pod
+from extender.core.podoutcome import CELLS, ENDS, PodOutcome, PodSignal, Prediction, cell_of
+from extender.core.shadowdocument import parse_shadow_document, render_shadow
+from extender.shell.handlers import Extender
+from extender.shell.metrics import Metrics
+from extender.state.cluster import ClusterState
+from extender.state.scorecard import (
     GONE_GRACE_SECONDS,
     PAIR_SECONDS,
     STORIES_PER_CELL,
     Scorecard,
     precision_recall,
 )
-from extender.shadowreport import parse_shadow_document, render_shadow
 from tests.conftest import make_node, make_pod
 
 SETTLE, WINDOW = 30.0, 3600.0

@@ -5,12 +5,12 @@ Pool: 1000 x 2 MiB pages = 2000 MiB. R = 4, alpha = 0.5 (reference defaults).
 
 import pytest
 
-from extender.capacity import NodeAccount
-from extender.columns import KEPT_TABLES, NodeColumns
-from extender.namelist import NameList
-from extender.podrequest import SizeNeed
-from extender.policy import Policy
-from extender.scoring import cpu_load, hugepage_load, node_load, priority
+from extender.core.capacity import NodeAccount
+from extender.core.columns import KEPT_TABLES, NodeColumns
+from extender.core.namelist import NameList
+from extender.core.podrequest import SizeNeed
+from extender.core.policy import Policy
+from extender.core.scoring import cpu_load, hugepage_load, node_load, priority
 from tests.conftest import make_account
 
 MiB = 1024 * 1024

@@ -13,15 +13,15 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from extender.answer import Reasons
-from extender.cluster import ClusterState
-from extender.config import DEFAULT_RESOURCE, build_config
-from extender.filterobserver import UNSHOWN_EVENTS, FilterObserver
-from extender.handlers import NOT_SYNCED, Extender
-from extender.metrics import Metrics
-from extender.server import create_app
-from extender.verbs import UNVERIFIED_HOLD_SECONDS, ExtenderVerbs
-from extender.waiting import WaitingPods
+from extender.core.answer import Reasons
+from extender.core.config import DEFAULT_RESOURCE, build_config
+from extender.core.waiting import WaitingPods
+from extender.shell.filterobserver import UNSHOWN_EVENTS, FilterObserver
+from extender.shell.handlers import NOT_SYNCED, Extender
+from extender.shell.metrics import Metrics
+from extender.shell.server import create_app
+from extender.state.cluster import ClusterState
+from extender.state.verbs import UNVERIFIED_HOLD_SECONDS, ExtenderVerbs
 from tests.conftest import make_extender, make_node, make_pod, make_state, pod_json
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]

@@ -12,20 +12,20 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks import sizes as sizes_benchmark
-from extender.answer import Outcome, Reasons
-from extender.capacity import Fit
-from extender.cluster import ClusterState
-from extender.config import ConfigError, build_config
-from extender.diagnostics import node_rows, parse_state_document, render_node_rows
-from extender.explain import explain_pod, render_table
-from extender.handlers import Extender
-from extender.kube.events import event_for
-from extender.metrics import Metrics
-from extender.objects import Node, Pod
-from extender.policy import Mode
-from extender.scrape import MetricsPage
-from extender.server import create_app
-from extender.verbs import ExtenderVerbs
+from extender.core.answer import Outcome, Reasons
+from extender.core.capacity import Fit
+from extender.core.config import ConfigError, build_config
+from extender.core.diagnostics import node_rows, parse_state_document, render_node_rows
+from extender.core.objects import Node, Pod
+from extender.core.policy import Mode
+from extender.shell.handlers import Extender
+from extender.shell.kube.events import event_for
+from extender.shell.metrics import Metrics
+from extender.shell.scrape import MetricsPage
+from extender.shell.server import create_app
+from extender.state.cluster import ClusterState
+from extender.state.explain import explain_pod, render_table
+from extender.state.verbs import ExtenderVerbs
 from tests.conftest import Clock
 
 MIB = 1 << 20

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from extender.snapshot import SnapshotError, load_snapshot, parse_snapshot
+from extender.shell.snapshot import SnapshotError, load_snapshot, parse_snapshot
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4"}}}
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1", "namespace": "d", "uid": "u1"}, "spec": {}}
@@ -33,7 +33,7 @@ def test_typed_lists_and_several_yaml_documents() -> None:
 
 
 def test_a_running_pods_status_as_kubectl_saves_it_in_json_and_yaml() -> None:
-    # Conditions and container statuses are kept undecoded (extender.objects.PodStatus); a snapshot
+    # Conditions and container statuses are kept undecoded (extender.core.objects.PodStatus); a snapshot
     # with them, as every live cluster's has, still loads, timestamps and all.
     status = {
         "phase": "Running",

@@ -1,4 +1,4 @@
-"""The scheduler's window (extender/window.py): an Error, so the scheduler tries its next nodes, only
+"""The scheduler's window (extender/core/window.py): an Error, so the scheduler tries its next nodes, only
 when every node it sent was turned away, it stopped short (exactly numFeasibleNodesToFind candidates),
 some node the pod may use would hold it, the pod came through the enforce entry, and the pod's run of
 retries is not over."""
@@ -12,14 +12,11 @@ import msgspec
 import pytest
 from prometheus_client import generate_latest
 
-from extender.answer import Reasons
-from extender.config import DEFAULT_RESOURCE, build_config
-from extender.handlers import WINDOW_RETRY_MESSAGE
-from extender.objects import Node, Pod
-from extender.reference import SizeView
-from extender.server import create_app
-from extender.verbs import ExtenderVerbs
-from extender.window import (
+from extender.core.answer import Reasons
+from extender.core.config import DEFAULT_RESOURCE, build_config
+from extender.core.objects import Node, Pod
+from extender.core.reference import SizeView
+from extender.core.window import (
     ENFORCE_MARKER,
     WindowRetries,
     feasible_nodes_to_find,
@@ -28,6 +25,9 @@ from extender.window import (
     through_enforce_entry,
     windows_to_cover,
 )
+from extender.shell.handlers import WINDOW_RETRY_MESSAGE
+from extender.shell.server import create_app
+from extender.state.verbs import ExtenderVerbs
 from tests.conftest import ROOT, make_account, make_extender, make_node, make_pod, make_state, pod_json
 from tests.test_server import ClientFactory
 

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.answer import FilterDecision, HostScores
-from extender.candidatelists import RECENT_CANDIDATE_LISTS, RecentCandidates
-from extender.namelist import NameList
-from extender.wire import (
+from extender.core.answer import FilterDecision, HostScores
+from extender.core.candidatelists import RECENT_CANDIDATE_LISTS, RecentCandidates
+from extender.core.namelist import NameList
+from extender.shell.wire import (
     ExtenderArgs,
     WireError,
     _check_names,

@@ -1,5 +1,5 @@
 """The extender's own API writes about waiting pods are bounded per minute whatever the backlog
-(extender/writes.py): Events across every pod, nudges by their pacer; each counted by kind and result."""
+(extender/core/writes.py): Events across every pod, nudges by their pacer; each counted by kind and result."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import asyncio
 
 from prometheus_client import generate_latest
 
-from extender.answer import FilterDecision, Outcome
-from extender.kube.events import PodEvents
-from extender.metrics import Metrics
-from extender.nudge import NudgePacer
-from extender.objects import ObjectMeta, Pod
-from extender.writes import KINDS, PER_MINUTE, RESULTS, WINDOW_SECONDS, WriteBudget
+from extender.core.answer import FilterDecision, Outcome
+from extender.core.nudge import NudgePacer
+from extender.core.objects import ObjectMeta, Pod
+from extender.core.writes import KINDS, PER_MINUTE, RESULTS, WINDOW_SECONDS, WriteBudget
+from extender.shell.kube.events import PodEvents
+from extender.shell.metrics import Metrics
 from tests.test_kube_transport_errors import _unreachable_api
 
 

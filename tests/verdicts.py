@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.answer import Reasons
-from extender.capacity import Fit
+from extender.core.answer import Reasons
+from extender.core.capacity import Fit
 
 Verdict = tuple[str, str]
 

@@ -44,8 +44,8 @@ from e2e.controlplane import (
     pod_manifest,
     wait_until,
 )
-from extender.nodereport import GROUP, PLURAL, VERSION
-from extender.remote import RemoteExtender
+from extender.core.nodereport import GROUP, PLURAL, VERSION
+from extender.shell.remote import RemoteExtender
 from tests.verdicts import of_explanation, of_filter_answer
 
 pytestmark = pytest.mark.cluster

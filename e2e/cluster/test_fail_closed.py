@@ -27,7 +27,7 @@ from kubernetes.dynamic import DynamicClient
 from e2e.cluster.placement_support import assert_stays_pending, wait_for_event
 from e2e.cluster.test_node_agent import token_client
 from e2e.controlplane import ControlPlane, free_port, node_manifest, pod_manifest, wait_until
-from extender.kube.nudge import NUDGE_ANNOTATION
+from extender.shell.kube.nudge import NUDGE_ANNOTATION
 
 pytestmark = pytest.mark.cluster
 

@@ -1,4 +1,4 @@
-"""Pods behind the extender's scheduling gate (extender/gates.py) on the real kube-apiserver and
+"""Pods behind the extender's scheduling gate (extender/core/gates.py) on the real kube-apiserver and
 kube-scheduler: they wait outside the scheduler's queue (no attempt, no filter call) while no node they
 may use has room, and are lifted one slot at a time, oldest first, as room frees; another controller's
 gate is never touched. The chart's gate (gates.enabled) applied for real: which pods it gates, and
@@ -17,13 +17,13 @@ from e2e.cluster.placement_support import Cell, assert_stays_pending, metric_val
 from e2e.cluster.test_fail_closed import applied, helm_template, unique
 from e2e.cluster.test_node_agent import token_client
 from e2e.controlplane import ControlPlane, pod_manifest, wait_until
-from extender.config import DEFAULT_RESOURCE, build_config
-from extender.diagnose import live_explanation
-from extender.gates import GATE, GatedPod
-from extender.kube.gatelift import GateWriter
-from extender.metrics import Metrics
-from extender.podrequest import PodDemand
-from extender.reach import UNCONSTRAINED
+from extender.core.config import DEFAULT_RESOURCE, build_config
+from extender.core.gates import GATE, GatedPod
+from extender.core.podrequest import PodDemand
+from extender.core.reach import UNCONSTRAINED
+from extender.shell.diagnose import live_explanation
+from extender.shell.kube.gatelift import GateWriter
+from extender.shell.metrics import Metrics
 
 pytestmark = pytest.mark.cluster
 

@@ -25,7 +25,7 @@ from e2e.cluster.placement_support import (
     write_extender_config,
 )
 from e2e.controlplane import ControlPlane, Service, free_port, wait_until, write_kubeconfig
-from extender.verbs import UNVERIFIED_HOLD_SECONDS
+from extender.state.verbs import UNVERIFIED_HOLD_SECONDS
 
 pytestmark = pytest.mark.cluster
 

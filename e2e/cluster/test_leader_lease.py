@@ -1,6 +1,6 @@
 """Several replicas, one lifter (issue 30): each scheduler replica has its extender beside it, and only the
 extender whose host's scheduler holds the leader Lease lifts scheduling gates (``serve --leader-lease``,
-extender/leadership.py). On the real kube-apiserver and kube-scheduler: the scheduler's own leader
+extender/core/leadership.py). On the real kube-apiserver and kube-scheduler: the scheduler's own leader
 election names this machine's host in the Lease (``<hostname>_<uuid>``), so the extender with the default
 ``--hostname`` lifts and one on another host does not; the scheduler stops and releases the Lease, the
 other replica's takes it, and from then on only the other extender lifts."""
@@ -30,8 +30,8 @@ from e2e.cluster.test_fail_closed import applied, helm_template, unique
 from e2e.cluster.test_gates import gates_of
 from e2e.cluster.test_node_agent import token_client
 from e2e.controlplane import ControlPlane, Service, wait_until
-from extender.gates import GATE
-from extender.kube.lease import LeaseWatch
+from extender.core.gates import GATE
+from extender.shell.kube.lease import LeaseWatch
 
 pytestmark = pytest.mark.cluster
 
@@ -114,7 +114,7 @@ async def test_the_charts_role_lets_the_extender_read_its_lease_and_no_other(
     control_plane: ControlPlane, applied: Callable[[list[dict[str, Any]]], None]
 ) -> None:
     """The chart's Role for the sidecar (the secondary scheduler's Lease, by name) applied for real: the
-    extender's watch (extender/kube/lease.py: list and watch with fieldSelector metadata.name) reads that
+    extender's watch (extender/shell/kube/lease.py: list and watch with fieldSelector metadata.name) reads that
     Lease and follows it as it changes, as the pod's ServiceAccount; any other Lease, or the list of them
     all, is forbidden."""
     release, namespace = unique("hx"), unique("hx")

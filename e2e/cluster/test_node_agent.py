@@ -38,11 +38,11 @@ from e2e.cluster.placement_support import (
     wait_for_event,
 )
 from e2e.controlplane import ControlPlane, ManagedProcess, node_manifest, wait_until
-from extender.kube.events import REASON_NO_COMPATIBLE
-from extender.nodeagent.counters import KernelPool, PodPages, Source, size_report
-from extender.nodeagent.publish import ApiPublisher
-from extender.nodeagent.record import NodeRecord
-from extender.nodereport import GROUP, PLURAL, VERSION
+from extender.core.nodeagent.counters import KernelPool, PodPages, Source, size_report
+from extender.core.nodeagent.record import NodeRecord
+from extender.core.nodereport import GROUP, PLURAL, VERSION
+from extender.shell.kube.events import REASON_NO_COMPATIBLE
+from extender.shell.nodeagent.publish import ApiPublisher
 
 pytestmark = pytest.mark.cluster
 

@@ -18,9 +18,9 @@ import msgspec
 import pytest
 
 from e2e.cluster.placement_support import Cell, parse_quantity, run, wait_extender_in_step, wait_for_event
-from extender.answer import Reasons
-from extender.capacity import Fit
-from extender.kube.events import REASON_NO_COMPATIBLE
+from extender.core.answer import Reasons
+from extender.core.capacity import Fit
+from extender.shell.kube.events import REASON_NO_COMPATIBLE
 from tests.verdicts import of_filter_answer
 
 pytestmark = pytest.mark.cluster

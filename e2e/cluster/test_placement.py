@@ -27,9 +27,9 @@ from e2e.cluster.placement_support import (
     wait_for_event,
 )
 from e2e.controlplane import wait_until
-from extender.answer import Outcome
-from extender.candidatelists import SMALL_CANDIDATE_LIST
-from extender.kube.events import REASON_NO_CAPACITY, REASON_NO_COMPATIBLE, event_for
+from extender.core.answer import Outcome
+from extender.core.candidatelists import SMALL_CANDIDATE_LIST
+from extender.shell.kube.events import REASON_NO_CAPACITY, REASON_NO_COMPATIBLE, event_for
 
 pytestmark = pytest.mark.cluster
 

@@ -40,8 +40,8 @@ from e2e.cluster.placement_support import (
 from e2e.cluster.test_node_agent import record
 from e2e.controlplane import ControlPlane, Scheduler, wait_until
 from e2e.controlplane.objects import delete_pods
-from extender.kube.nudge import NUDGE_ANNOTATION
-from extender.nodeagent.publish import ApiPublisher
+from extender.shell.kube.nudge import NUDGE_ANNOTATION
+from extender.shell.nodeagent.publish import ApiPublisher
 
 pytestmark = pytest.mark.cluster
 

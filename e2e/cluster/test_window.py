@@ -30,8 +30,8 @@ from e2e.cluster.placement_support import (
     wait_for_event,
 )
 from e2e.controlplane import Scheduler, extender_scheduler_config, wait_until
-from extender.handlers import WINDOW_RETRY_MESSAGE
-from extender.window import ENFORCE_MARKER
+from extender.core.window import ENFORCE_MARKER
+from extender.shell.handlers import WINDOW_RETRY_MESSAGE
 
 pytestmark = pytest.mark.cluster
 

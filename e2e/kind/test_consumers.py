@@ -75,8 +75,8 @@ from e2e.kind.test_kind import (
     worker_names,
 )
 from e2e.kind.test_topology import VERBS_PORT, port_forward
-from extender.podoutcome import CELLS
-from extender.scorecard import STORIES_PER_CELL
+from extender.core.podoutcome import CELLS
+from extender.state.scorecard import STORIES_PER_CELL
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ def check_shadow_arm(result: dict[str, Any], node: str, room: int) -> dict[str, 
     # Shadow would have turned away what enforce keeps Pending: the pods past the room left. It names
     # the last placed; the kernel fails whichever consumers start last. The burst is judged within the
     # scorecard's PAIR_SECONDS (the 8 binds take about a second), so each false alarm pairs with a miss
-    # (extender.scorecard): the failures foreseen, none of the predicted pods left as false alarms.
+    # (extender.state.scorecard): the failures foreseen, none of the predicted pods left as false alarms.
     predicted = len(names) - room
     assert row["total"]["predicted_ran"] == 0, row
     assert row["total"]["predicted_failed"] == predicted, row

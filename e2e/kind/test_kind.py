@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 
 from e2e.controlplane import wait_until
-from extender.quantity import to_units
+from extender.core.quantity import to_units
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "hugepage-extender"

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from e2e.promrules import PromtoolUnavailable, check_rules, promtool, run_rule_tests
-from extender.cluster import ClusterState
-from extender.config import Config
-from extender.metrics import Metrics
+from extender.core.config import Config
+from extender.shell.metrics import Metrics
+from extender.state.cluster import ClusterState
 
 from .chartlib import CHART, ROOT, Helm
 

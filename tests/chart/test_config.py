@@ -18,8 +18,15 @@ import pytest
 import yaml
 
 from extender.cli import build_parser
-from extender.config import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_RESOURCE, FILE_KEYS, Config, build_config, page_size_of
-from extender.policy import POLICY_FIELDS, POLICY_KEYS, Mode, Policy, Widening, field_type
+from extender.core.config import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_RESOURCE,
+    FILE_KEYS,
+    Config,
+    build_config,
+    page_size_of,
+)
+from extender.core.policy import POLICY_FIELDS, POLICY_KEYS, Mode, Policy, Widening, field_type
 from tests.conftest import other_value
 
 from .chartlib import CHART, CI_VALUES, Helm, Rendered
@@ -191,7 +198,7 @@ def test_container_args_parse_with_the_extender_cli(helm: Helm, values: Path) ->
 
 @pytest.mark.parametrize("mode", ["secondary", "own"])
 def test_the_extender_is_told_the_schedulers_percentage_of_nodes_to_score(helm: Helm, mode: str) -> None:
-    """One value: the extender tells a scan cut short from a whole one by it (extender/window.py)."""
+    """One value: the extender tells a scan cut short from a whole one by it (extender/core/window.py)."""
     assert rendered_config(helm.template(set_values={"scheduler.mode": mode})).percentage_of_nodes_to_score == 0
     rendered = helm.template(set_values={"scheduler.mode": mode, "scheduler.percentageOfNodesToScore": "30"})
     assert rendered_config(rendered).percentage_of_nodes_to_score == 30

@@ -8,9 +8,9 @@ import re
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from extender.cluster import ClusterState
-from extender.config import Config
-from extender.metrics import Metrics
+from extender.core.config import Config
+from extender.shell.metrics import Metrics
+from extender.state.cluster import ClusterState
 
 from .chartlib import CHART
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.gates import GATE
-from extender.kube.nudge import NUDGE_ANNOTATION
+from extender.core.gates import GATE
+from extender.shell.kube.nudge import NUDGE_ANNOTATION
 
 from .chartlib import CHART, CI_VALUES, NAMESPACE, RELEASE, ROOT, Doc, Helm, HelmError, Rendered
 
@@ -238,7 +238,7 @@ def test_extender_probes_use_the_plain_http_probe_port(renders: dict[str, Render
     assert extender["livenessProbe"]["exec"]["command"] == [
         "python",
         "-m",
-        "extender.alive",
+        "extender.shell.alive",
         "hugepage-extender-liveness",
     ]
     assert "--liveness-socket=hugepage-extender-liveness" in extender["args"]
@@ -441,7 +441,7 @@ def test_extender_cluster_role_is_least_privilege(renders: dict[str, Rendered], 
 def test_gates_are_the_extenders_gate_added_with_gates_on_and_lifted_either_way(
     renders: dict[str, Rendered], scenario: str
 ) -> None:
-    """gates.enabled: the marker policy adds extender.gates.GATE; on or off, the extender lifts it (its
+    """gates.enabled: the marker policy adds extender.core.gates.GATE; on or off, the extender lifts it (its
     default, no flag) and the nudge policy lets it remove that gate: a pod gated before gates were switched
     off is never stranded."""
     on = effective(scenario)["gates"]["enabled"]

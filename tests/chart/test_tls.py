@@ -1,7 +1,7 @@
 """The certificates the chart renders actually work together.
 
 An in-memory TLS handshake (no sockets) between the extender's real server
-context (``extender.tls.server_ssl_context`` over the files its Secret
+context (``extender.shell.tls.server_ssl_context`` over the files its Secret
 volumes hold) and a client that trusts exactly the scheduler's ``caData`` and
 checks ``tlsConfig.serverName``, as kube-scheduler's Go client does.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extender.tls import server_ssl_context
+from extender.shell.tls import server_ssl_context
 
 from .chartlib import CHART, Helm, Rendered
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.nodeagent.counters import (
+from extender.core.nodeagent.counters import (
     CounterError,
     HugetlbfsMount,
     KernelPool,

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from extender.nodeagent import probe
-from extender.nodeagent.counters import KernelPool
-from extender.nodeagent.probe import Roots, read_record
+from extender.core.nodeagent.counters import KernelPool
+from extender.shell.nodeagent import probe
+from extender.shell.nodeagent.probe import Roots, read_record
 
 MiB, GiB = 1 << 20, 1 << 30
 NOW = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.UTC)

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from extender.nodeagent.probe import Roots, read_record
-from extender.nodeagent.publish import PublishPolicy, run
-from extender.nodeagent.record import NodeRecord
+from extender.core.nodeagent.record import NodeRecord
+from extender.shell.nodeagent.probe import Roots, read_record
+from extender.shell.nodeagent.publish import PublishPolicy, run
 
 PAGE = 2 << 20
 MAP_HUGETLB = 0x40000  # x86-64 and arm64

@@ -22,12 +22,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from extender.answer import Reasons
-from extender.cluster import ClusterState
-from extender.config import build_config
-from extender.nodeagent.probe import Roots, read_record
-from extender.nodeagent.record import NodeRecord
-from extender.verbs import ExtenderVerbs
+from extender.core.answer import Reasons
+from extender.core.config import build_config
+from extender.core.nodeagent.record import NodeRecord
+from extender.shell.nodeagent.probe import Roots, read_record
+from extender.state.cluster import ClusterState
+from extender.state.verbs import ExtenderVerbs
 from tests.conftest import make_node, make_pod
 from tests.nodeagent.test_real_kernel import _v2_tree_with_hugetlb, kubepods_cgroup
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from extender.policy import Mode, Widening
+from extender.core.policy import Mode, Widening
 from replay.model import GIB, InFlight, Ladder, ReplayError, Variant, parse_variant
 from replay.run import default_groups
 from replay.scenario import load_scenario, load_trace, quick_scenario, vm_mix

@@ -12,12 +12,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from extender.binding import BindingArgs
-from extender.cluster import ClusterState
-from extender.config import DEFAULT_RESOURCE
-from extender.handlers import Extender
-from extender.metrics import Metrics
-from extender.server import create_app
+from extender.core.binding import BindingArgs
+from extender.core.config import DEFAULT_RESOURCE
+from extender.shell.handlers import Extender
+from extender.shell.metrics import Metrics
+from extender.shell.server import create_app
+from extender.state.cluster import ClusterState
 from replay.model import GIB, Blind, InFlight, NodeGroup, Scenario, Trace, parse_variant
 from replay.simulate import PodPlan, Replay, build_nodes, node_object, pod_object
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from extender.cluster import ClusterState
-from extender.holds import HOLD_LIMIT
-from extender.policy import Mode
+from extender.core.holds import HOLD_LIMIT
+from extender.core.policy import Mode
+from extender.state.cluster import ClusterState
 from replay.model import (
     GIB,
     PAGE_SIZE_BYTES,

@@ -105,7 +105,7 @@ app.kubernetes.io/managed-by: {{ .context.Release.Service }}
 {{- include "hugepage-extender.imageRef" (dict "image" .Values.scheduler.image "default" "") }}
 {{- end }}
 
-{{/* The extender's config file, exactly the extender's schema (extender/config.py). */}}
+{{/* The extender's config file, exactly the extender's schema (extender/core/config.py). */}}
 {{- define "hugepage-extender.configFile" -}}
 {{- $config := deepCopy .Values.config }}
 {{- /* resourceNames lists every size guarded; resourceName (the chart's default) then goes. */}}
@@ -214,7 +214,7 @@ explicit urlPrefix); the secondary scheduler uses the Service's DNS name.
 {{- end }}
 
 {{/*
-Each namespace's effective mode and needFromMemory, as extender/config.py resolves them
+Each namespace's effective mode and needFromMemory, as extender/core/config.py resolves them
 (defaults < BEST_OF_K_HUGEPAGE_FIT_FILTER in extender.extraEnv < a namespace's entry), for the
 admission policy that marks pods (decision 0005). Renders JSON: default (mode of a namespace not
 listed), enforce / shadow / off (listed namespaces by mode), fromMemory (needFromMemory of a
@@ -706,7 +706,7 @@ checksum/{{ .prefix }}tls: {{ include "hugepage-extender.tls" .context | fromJso
 {{- end }}
 {{- end }}
 
-{{/* The scheduling gate the pods of enforcing namespaces wait behind (extender/gates.py, GATE). */}}
+{{/* The scheduling gate the pods of enforcing namespaces wait behind (extender/core/gates.py, GATE). */}}
 {{- define "hugepage-extender.gate" -}}
 hugepage-extender.io/room
 {{- end }}

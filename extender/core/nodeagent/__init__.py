@@ -1,0 +1,1 @@
+"""The node agent's pure parts: its counters read from text, and the record it publishes."""

@@ -1,0 +1,64 @@
+"""Which gated pods to lift now (``extender.core.gates``): a round, run on the server's timer when room
+freed or pods came behind the gate.
+
+Each pod, in the queue's order, is lifted when its own filter would admit it on some node it may use
+(``ExtenderVerbs.lift``, which holds its need there); a pod no node would hold leaves the others of its
+kind (same namespace, need and reach) behind it for this round. A round is bounded, in lifts and in
+time, so it never stalls the event loop that answers the scheduler; what it leaves is the next round's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from extender.core.gates import GatedPod, GatedPods
+from extender.state.verbs import ExtenderVerbs
+
+LIFTS_PER_ROUND = 32
+ROUND_SECONDS = 0.02  # a round's share of the event loop; rounds run every timer tick (0.25 s) while needed
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    lifted: list[tuple[GatedPod, str]]  # each pod lifted, with the node its need is held on ("" for none)
+    unfinished: bool  # a bound ended the round: the next tick runs another
+
+
+def lift_round(
+    gated: GatedPods,
+    verbs: ExtenderVerbs,
+    now: float,
+    *,
+    may_write: Callable[[], bool],
+    clock: Callable[[], float],
+) -> Round:
+    """The pods to lift now, their needs held; ``may_write``: whether one more API write is within budget."""
+    state = verbs.state
+    blocked: set[bytes] = set()
+    usable_of: dict[bytes, list[str]] = {}
+    lifted: list[tuple[GatedPod, str]] = []
+    started = clock()
+    for pod in gated.in_order(now):
+        if pod.kind in blocked:
+            continue
+        if len(lifted) >= LIFTS_PER_ROUND or clock() - started > ROUND_SECONDS:
+            return Round(lifted, unfinished=True)
+        usable = usable_of.get(pod.kind)
+        if usable is None:
+            reach = pod.reach
+            usable = usable_of[pod.kind] = [
+                name
+                for name in state.nodes()
+                if (node := state.reach_of(name)) is not None and reach.may_use(name, node)
+            ]
+        node_name = verbs.lift(pod, usable)
+        if node_name is None:
+            blocked.add(pod.kind)
+            continue
+        if not may_write():  # past the writes' budget: its hold goes, the next round tries again
+            state.release(pod.uid)
+            return Round(lifted, unfinished=True)
+        gated.sent(pod.uid, now)
+        lifted.append((pod, node_name))
+    return Round(lifted, unfinished=False)
