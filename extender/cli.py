@@ -34,6 +34,7 @@ from extender.shell.kube.client import api_client
 from extender.shell.kube.events import PodEvents
 from extender.shell.kube.gatelift import GateWriter
 from extender.shell.kube.informer import DEFAULT_STALE_AFTER_SECONDS, ClusterInformer, freeze_cache
+from extender.shell.kube.lease import LeaseWatch, split_lease_name
 from extender.shell.kube.live import api_client_for
 from extender.shell.kube.nudge import PodNudger
 from extender.shell.lifecycle import serve_until_stopped
@@ -131,7 +132,7 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
         watch_timeout_seconds=args.watch_timeout_seconds,
     )
     binder = ApiBinder(api, timeout_seconds=args.bind_timeout_seconds) if args.enable_bind else None
-    events = PodEvents(api, metrics, instance=socket.gethostname()) if args.events else None
+    events = PodEvents(api, metrics, instance=args.hostname) if args.events else None
     nudger = None
     if args.nudge_pod:
         namespace, name = split_pod_name(args.nudge_pod)
@@ -141,6 +142,12 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
     metrics.nudge_pod.set(1 if nudger is not None else 0)
     gated, lifter = (GatedPods(), GateWriter(api, metrics)) if args.lift_gates else (None, None)
     informer.gated = gated
+    # Lifts only beside the scheduler that holds its leader Lease (extender.core.leadership), when one is named.
+    lease = (
+        LeaseWatch(api, *args.leader_lease, hostname=args.hostname, watch_timeout_seconds=args.watch_timeout_seconds)
+        if args.leader_lease and args.lift_gates
+        else None
+    )
     extender = Extender(
         config,
         state,
@@ -151,16 +158,22 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
         nudger=nudger,
         gated=gated,
         lifter=lifter,
+        lift_turn=lease.turn if lease is not None else None,
     )
     placement = config.placement
     if any(p.mode is Mode.SHADOW for p in (placement.defaults, *placement.namespaces.values())):
         informer.pod_seen = extender.pod_seen  # shadow's scorecard follows its pods (and watches ended ones)
     informer.start(asyncio.get_running_loop())
-    metrics.watch_reflectors(informer.reflectors)
+    reflectors = dict(informer.reflectors)
+    if lease is not None:
+        reflectors["leader-lease"] = lease.start(asyncio.get_running_loop())
+    metrics.watch_reflectors(reflectors)
     try:
         await _serve_apps(args, extender, tls, serving)
     finally:
         informer.stop()
+        if lease is not None:
+            lease.stop()
         for closable in (binder, events, nudger, lifter):
             if closable is not None:
                 closable.close()
@@ -289,6 +302,13 @@ def _seconds(text: str) -> float:
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _lease_name(text: str) -> tuple[str, str]:
+    try:
+        return split_lease_name(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _log_level(text: str) -> str:
@@ -428,6 +448,19 @@ def _live_cluster_arguments(serve: argparse.ArgumentParser) -> None:
         default=True,
         help=f"remove the scheduling gate {GATE} from pods once a node they may use has room (live cluster "
         "only; needs patch on pods)",
+    )
+    serve.add_argument(
+        "--leader-lease",
+        type=_lease_name,
+        help="NAMESPACE/NAME of the scheduler's leader Lease: lift gates only while the scheduler on this host "
+        "(--hostname) holds it and it has not expired; with no such Lease, lift (needs get, list and watch on "
+        "that Lease). Default: none, this extender lifts whatever other replicas do",
+    )
+    serve.add_argument(
+        "--hostname",
+        default=socket.gethostname(),
+        help="this host's name as the scheduler beside it puts it in the Lease's holderIdentity "
+        "(<hostname>_<uuid>; default: the system's host name)",
     )
     serve.add_argument(
         "--node-reports",

@@ -111,6 +111,7 @@ def state_document(
     holds_by_size: Mapping[str, Mapping[str, NodeHolds]],
     placement: PolicyTable,
     node_reports: Mapping[str, NodeReport] | None = None,
+    gate_lifter: tuple[bool, str] | None = None,
 ) -> dict[str, Any]:
     """The ``/debug/state`` document (version 1) of ``holds_by_size`` (every size guarded, in the config's
     order). New keys may be added; none is renamed or removed: so ``resourceName`` and ``inFlight`` stay
@@ -137,6 +138,8 @@ def state_document(
         },
         "resourceNames": list(holds_by_size),
         "sizes": {name: {"inFlight": _in_flight(held)} for name, held in others},
+        # Whether this replica lifts scheduling gates now, and why (None: it lifts none, --no-lift-gates).
+        "gateLifter": None if gate_lifter is None else {"lifts": gate_lifter[0], "why": gate_lifter[1]},
     }
 
 
