@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import math
 import os
@@ -15,7 +14,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-import msgspec
 import yaml
 from kubernetes.client import ApiClient
 from kubernetes.config.config_exception import ConfigException as KubeConfigError
@@ -24,10 +22,10 @@ from extender import __version__
 from extender.core.config import Config, ConfigError, holds_need_bind
 from extender.core.errors import ExtenderError
 from extender.core.gates import GATE, GatedPods
-from extender.core.objects import Pod
 from extender.core.policy import Mode
 from extender.shell.configfile import load_config
-from extender.shell.diagnose import add_extender_arguments, live_explanation, remote_from_args, split_pod_name
+from extender.shell.diagnose import add_extender_arguments, split_pod_name
+from extender.shell.explaincommand import explain
 from extender.shell.handlers import Extender
 from extender.shell.kube.binder import ApiBinder
 from extender.shell.kube.client import api_client
@@ -35,17 +33,15 @@ from extender.shell.kube.events import PodEvents
 from extender.shell.kube.gatelift import GateWriter
 from extender.shell.kube.informer import DEFAULT_STALE_AFTER_SECONDS, ClusterInformer, freeze_cache
 from extender.shell.kube.lease import LeaseWatch, split_lease_name
-from extender.shell.kube.live import api_client_for
 from extender.shell.kube.nudge import PodNudger
 from extender.shell.lifecycle import serve_until_stopped
 from extender.shell.logs import configure as configure_logging
 from extender.shell.metrics import Metrics
 from extender.shell.nodeagent.cli import add_parser as add_node_agent_parser
 from extender.shell.server import create_app, create_liveness_app, create_probe_app
-from extender.shell.snapshot import SnapshotError, load_snapshot, pod_from
+from extender.shell.snapshot import load_snapshot
 from extender.shell.tls import CertificateReloader, server_ssl_context
 from extender.state.cluster import ClusterState
-from extender.state.explain import PodExplanation, explain_pod, render_table
 
 log = logging.getLogger("extender")
 
@@ -203,62 +199,6 @@ async def _serve_apps(
         background=tuple(background),
         liveness=(create_liveness_app(extender), args.liveness_socket) if args.liveness_socket else None,
     )
-
-
-def _read_pod(path: Path) -> Pod:
-    try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise SnapshotError(f"cannot read pod {path}: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        raise SnapshotError(f"{path} is not valid YAML: {error}") from None
-    try:
-        return pod_from(document)
-    except msgspec.ValidationError as error:
-        raise SnapshotError(f"{path}: not a Pod: {error}") from None
-
-
-def _explain(args: argparse.Namespace) -> int:
-    config = _config(args)
-    if args.kubeconfig is not None or args.in_cluster:
-        return _explain_live(args, config)
-    if args.extender or args.extender_service:
-        raise ConfigError("--extender needs a live cluster (--kubeconfig or --in-cluster)")
-    state = ClusterState(config)
-    snapshot = load_snapshot(args.snapshot)
-    state.replace(snapshot.nodes, snapshot.pods, snapshot.reports)
-    pod = _read_pod(Path(args.pod))
-    if not pod.metadata.namespace:
-        pod = msgspec.structs.replace(pod, metadata=msgspec.structs.replace(pod.metadata, namespace="default"))
-    result = explain_pod(state, pod, args.nodes.split(",") if args.nodes else None)
-    _print_explanation(result, args.output)
-    return 0
-
-
-def _print_explanation(result: PodExplanation, output: str) -> None:
-    if output == "json":
-        print(json.dumps(result.as_dict(), indent=2))
-    else:
-        print(render_table(result))
-
-
-def _explain_live(args: argparse.Namespace, config: Config) -> int:
-    """``explain --kubeconfig FILE --pod NAMESPACE/NAME``: the pod and the cluster as the API shows them now."""
-    namespace, name = split_pod_name(args.pod)
-    api = api_client_for(args.kubeconfig, context=args.context, in_cluster=args.in_cluster)
-    with api:
-        result = live_explanation(
-            api,
-            namespace,
-            name,
-            config=config,
-            nodes=args.nodes.split(",") if args.nodes else None,
-            extender=remote_from_args(args, api),
-            cluster="in-cluster API server" if args.in_cluster else f"API server of {args.kubeconfig}",
-            config_source=f"--config {args.config}" if args.config else "built-in defaults (no --config)",
-        )
-    _print_explanation(result, args.output)
-    return 0
 
 
 def _replay_moved(args: argparse.Namespace) -> int:
@@ -425,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--nodes", help="comma-separated candidate nodes (default: every node)")
     exp.add_argument("--output", choices=("table", "json"), default="table")
     add_extender_arguments(exp)
-    exp.set_defaults(run=_explain)
+    exp.set_defaults(run=lambda args: explain(args, _config(args)))
     # Every word after `replay` is the replay's (no prefix character: none is an option here).
     moved = commands.add_parser("replay", help="moved: python -m replay, in the source tree", prefix_chars="\0")
     moved.add_argument("options", nargs=argparse.REMAINDER)
