@@ -11,6 +11,7 @@ import socket
 import ssl
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -107,6 +108,50 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Clients:
+    """What the extender writes and watches through the API beside the informer; each closed at exit."""
+
+    binder: ApiBinder | None
+    events: PodEvents | None
+    nudger: PodNudger | None
+    gated: GatedPods | None
+    lifter: GateWriter | None
+    lease: LeaseWatch | None  # lifts only beside the scheduler holding it (extender.core.leadership)
+
+    def close(self) -> None:
+        if self.lease is not None:
+            self.lease.stop()
+        for closable in (self.binder, self.events, self.nudger, self.lifter):
+            if closable is not None:
+                closable.close()
+
+
+def _clients(args: argparse.Namespace, api: ApiClient, metrics: Metrics) -> _Clients:
+    nudger = None
+    if args.nudge_pod:
+        namespace, name = split_pod_name(args.nudge_pod)
+        nudger = PodNudger(api, namespace, name)
+    else:
+        log.warning(NO_NUDGE_POD)
+    metrics.nudge_pod.set(1 if nudger is not None else 0)
+    lifts = args.lift_gates
+    return _Clients(
+        binder=ApiBinder(api, timeout_seconds=args.bind_timeout_seconds) if args.enable_bind else None,
+        events=PodEvents(api, metrics, instance=args.hostname) if args.events else None,
+        nudger=nudger,
+        gated=GatedPods() if lifts else None,
+        lifter=GateWriter(api, metrics) if lifts else None,
+        lease=(
+            LeaseWatch(
+                api, *args.leader_lease, hostname=args.hostname, watch_timeout_seconds=args.watch_timeout_seconds
+            )
+            if args.leader_lease and lifts
+            else None
+        ),
+    )
+
+
 async def _serve_async(  # noqa: PLR0917 (one call site, in order)
     args: argparse.Namespace,
     config: Config,
@@ -127,33 +172,19 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
         stale_after_seconds=args.watch_stale_seconds,
         watch_timeout_seconds=args.watch_timeout_seconds,
     )
-    binder = ApiBinder(api, timeout_seconds=args.bind_timeout_seconds) if args.enable_bind else None
-    events = PodEvents(api, metrics, instance=args.hostname) if args.events else None
-    nudger = None
-    if args.nudge_pod:
-        namespace, name = split_pod_name(args.nudge_pod)
-        nudger = PodNudger(api, namespace, name)
-    else:
-        log.warning(NO_NUDGE_POD)
-    metrics.nudge_pod.set(1 if nudger is not None else 0)
-    gated, lifter = (GatedPods(), GateWriter(api, metrics)) if args.lift_gates else (None, None)
-    informer.gated = gated
-    # Lifts only beside the scheduler that holds its leader Lease (extender.core.leadership), when one is named.
-    lease = (
-        LeaseWatch(api, *args.leader_lease, hostname=args.hostname, watch_timeout_seconds=args.watch_timeout_seconds)
-        if args.leader_lease and args.lift_gates
-        else None
-    )
+    clients = _clients(args, api, metrics)
+    informer.gated = clients.gated
+    lease = clients.lease
     extender = Extender(
         config,
         state,
         metrics,
-        binder=binder,
-        events=events,
+        binder=clients.binder,
+        events=clients.events,
         verify_holds=True,
-        nudger=nudger,
-        gated=gated,
-        lifter=lifter,
+        nudger=clients.nudger,
+        gated=clients.gated,
+        lifter=clients.lifter,
         lift_turn=lease.turn if lease is not None else None,
     )
     placement = config.placement
@@ -168,11 +199,7 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
         await _serve_apps(args, extender, tls, serving)
     finally:
         informer.stop()
-        if lease is not None:
-            lease.stop()
-        for closable in (binder, events, nudger, lifter):
-            if closable is not None:
-                closable.close()
+        clients.close()
 
 
 async def _serve_apps(
