@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import math
 import os
@@ -12,10 +11,10 @@ import socket
 import ssl
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-import msgspec
 import yaml
 from kubernetes.client import ApiClient
 from kubernetes.config.config_exception import ConfigException as KubeConfigError
@@ -24,27 +23,26 @@ from extender import __version__
 from extender.core.config import Config, ConfigError, holds_need_bind
 from extender.core.errors import ExtenderError
 from extender.core.gates import GATE, GatedPods
-from extender.core.objects import Pod
 from extender.core.policy import Mode
 from extender.shell.configfile import load_config
-from extender.shell.diagnose import add_extender_arguments, live_explanation, remote_from_args, split_pod_name
+from extender.shell.diagnose import add_extender_arguments, split_pod_name
+from extender.shell.explaincommand import explain
 from extender.shell.handlers import Extender
 from extender.shell.kube.binder import ApiBinder
 from extender.shell.kube.client import api_client
 from extender.shell.kube.events import PodEvents
 from extender.shell.kube.gatelift import GateWriter
 from extender.shell.kube.informer import DEFAULT_STALE_AFTER_SECONDS, ClusterInformer, freeze_cache
-from extender.shell.kube.live import api_client_for
+from extender.shell.kube.lease import LeaseWatch, split_lease_name
 from extender.shell.kube.nudge import PodNudger
 from extender.shell.lifecycle import serve_until_stopped
 from extender.shell.logs import configure as configure_logging
 from extender.shell.metrics import Metrics
 from extender.shell.nodeagent.cli import add_parser as add_node_agent_parser
 from extender.shell.server import create_app, create_liveness_app, create_probe_app
-from extender.shell.snapshot import SnapshotError, load_snapshot, pod_from
+from extender.shell.snapshot import load_snapshot
 from extender.shell.tls import CertificateReloader, server_ssl_context
 from extender.state.cluster import ClusterState
-from extender.state.explain import PodExplanation, explain_pod, render_table
 
 log = logging.getLogger("extender")
 
@@ -110,6 +108,50 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Clients:
+    """What the extender writes and watches through the API beside the informer; each closed at exit."""
+
+    binder: ApiBinder | None
+    events: PodEvents | None
+    nudger: PodNudger | None
+    gated: GatedPods | None
+    lifter: GateWriter | None
+    lease: LeaseWatch | None  # lifts only beside the scheduler holding it (extender.core.leadership)
+
+    def close(self) -> None:
+        if self.lease is not None:
+            self.lease.stop()
+        for closable in (self.binder, self.events, self.nudger, self.lifter):
+            if closable is not None:
+                closable.close()
+
+
+def _clients(args: argparse.Namespace, api: ApiClient, metrics: Metrics) -> _Clients:
+    nudger = None
+    if args.nudge_pod:
+        namespace, name = split_pod_name(args.nudge_pod)
+        nudger = PodNudger(api, namespace, name)
+    else:
+        log.warning(NO_NUDGE_POD)
+    metrics.nudge_pod.set(1 if nudger is not None else 0)
+    lifts = args.lift_gates
+    return _Clients(
+        binder=ApiBinder(api, timeout_seconds=args.bind_timeout_seconds) if args.enable_bind else None,
+        events=PodEvents(api, metrics, instance=args.hostname) if args.events else None,
+        nudger=nudger,
+        gated=GatedPods() if lifts else None,
+        lifter=GateWriter(api, metrics) if lifts else None,
+        lease=(
+            LeaseWatch(
+                api, *args.leader_lease, hostname=args.hostname, watch_timeout_seconds=args.watch_timeout_seconds
+            )
+            if args.leader_lease and lifts
+            else None
+        ),
+    )
+
+
 async def _serve_async(  # noqa: PLR0917 (one call site, in order)
     args: argparse.Namespace,
     config: Config,
@@ -130,40 +172,34 @@ async def _serve_async(  # noqa: PLR0917 (one call site, in order)
         stale_after_seconds=args.watch_stale_seconds,
         watch_timeout_seconds=args.watch_timeout_seconds,
     )
-    binder = ApiBinder(api, timeout_seconds=args.bind_timeout_seconds) if args.enable_bind else None
-    events = PodEvents(api, metrics, instance=socket.gethostname()) if args.events else None
-    nudger = None
-    if args.nudge_pod:
-        namespace, name = split_pod_name(args.nudge_pod)
-        nudger = PodNudger(api, namespace, name)
-    else:
-        log.warning(NO_NUDGE_POD)
-    metrics.nudge_pod.set(1 if nudger is not None else 0)
-    gated, lifter = (GatedPods(), GateWriter(api, metrics)) if args.lift_gates else (None, None)
-    informer.gated = gated
+    clients = _clients(args, api, metrics)
+    informer.gated = clients.gated
+    lease = clients.lease
     extender = Extender(
         config,
         state,
         metrics,
-        binder=binder,
-        events=events,
+        binder=clients.binder,
+        events=clients.events,
         verify_holds=True,
-        nudger=nudger,
-        gated=gated,
-        lifter=lifter,
+        nudger=clients.nudger,
+        gated=clients.gated,
+        lifter=clients.lifter,
+        lift_turn=lease.turn if lease is not None else None,
     )
     placement = config.placement
     if any(p.mode is Mode.SHADOW for p in (placement.defaults, *placement.namespaces.values())):
         informer.pod_seen = extender.pod_seen  # shadow's scorecard follows its pods (and watches ended ones)
     informer.start(asyncio.get_running_loop())
-    metrics.watch_reflectors(informer.reflectors)
+    reflectors = dict(informer.reflectors)
+    if lease is not None:
+        reflectors["leader-lease"] = lease.start(asyncio.get_running_loop())
+    metrics.watch_reflectors(reflectors)
     try:
         await _serve_apps(args, extender, tls, serving)
     finally:
         informer.stop()
-        for closable in (binder, events, nudger, lifter):
-            if closable is not None:
-                closable.close()
+        clients.close()
 
 
 async def _serve_apps(
@@ -190,62 +226,6 @@ async def _serve_apps(
         background=tuple(background),
         liveness=(create_liveness_app(extender), args.liveness_socket) if args.liveness_socket else None,
     )
-
-
-def _read_pod(path: Path) -> Pod:
-    try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise SnapshotError(f"cannot read pod {path}: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        raise SnapshotError(f"{path} is not valid YAML: {error}") from None
-    try:
-        return pod_from(document)
-    except msgspec.ValidationError as error:
-        raise SnapshotError(f"{path}: not a Pod: {error}") from None
-
-
-def _explain(args: argparse.Namespace) -> int:
-    config = _config(args)
-    if args.kubeconfig is not None or args.in_cluster:
-        return _explain_live(args, config)
-    if args.extender or args.extender_service:
-        raise ConfigError("--extender needs a live cluster (--kubeconfig or --in-cluster)")
-    state = ClusterState(config)
-    snapshot = load_snapshot(args.snapshot)
-    state.replace(snapshot.nodes, snapshot.pods, snapshot.reports)
-    pod = _read_pod(Path(args.pod))
-    if not pod.metadata.namespace:
-        pod = msgspec.structs.replace(pod, metadata=msgspec.structs.replace(pod.metadata, namespace="default"))
-    result = explain_pod(state, pod, args.nodes.split(",") if args.nodes else None)
-    _print_explanation(result, args.output)
-    return 0
-
-
-def _print_explanation(result: PodExplanation, output: str) -> None:
-    if output == "json":
-        print(json.dumps(result.as_dict(), indent=2))
-    else:
-        print(render_table(result))
-
-
-def _explain_live(args: argparse.Namespace, config: Config) -> int:
-    """``explain --kubeconfig FILE --pod NAMESPACE/NAME``: the pod and the cluster as the API shows them now."""
-    namespace, name = split_pod_name(args.pod)
-    api = api_client_for(args.kubeconfig, context=args.context, in_cluster=args.in_cluster)
-    with api:
-        result = live_explanation(
-            api,
-            namespace,
-            name,
-            config=config,
-            nodes=args.nodes.split(",") if args.nodes else None,
-            extender=remote_from_args(args, api),
-            cluster="in-cluster API server" if args.in_cluster else f"API server of {args.kubeconfig}",
-            config_source=f"--config {args.config}" if args.config else "built-in defaults (no --config)",
-        )
-    _print_explanation(result, args.output)
-    return 0
 
 
 def _replay_moved(args: argparse.Namespace) -> int:
@@ -289,6 +269,13 @@ def _seconds(text: str) -> float:
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _lease_name(text: str) -> tuple[str, str]:
+    try:
+        return split_lease_name(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _log_level(text: str) -> str:
@@ -405,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--nodes", help="comma-separated candidate nodes (default: every node)")
     exp.add_argument("--output", choices=("table", "json"), default="table")
     add_extender_arguments(exp)
-    exp.set_defaults(run=_explain)
+    exp.set_defaults(run=lambda args: explain(args, _config(args)))
     # Every word after `replay` is the replay's (no prefix character: none is an option here).
     moved = commands.add_parser("replay", help="moved: python -m replay, in the source tree", prefix_chars="\0")
     moved.add_argument("options", nargs=argparse.REMAINDER)
@@ -428,6 +415,19 @@ def _live_cluster_arguments(serve: argparse.ArgumentParser) -> None:
         default=True,
         help=f"remove the scheduling gate {GATE} from pods once a node they may use has room (live cluster "
         "only; needs patch on pods)",
+    )
+    serve.add_argument(
+        "--leader-lease",
+        type=_lease_name,
+        help="NAMESPACE/NAME of the scheduler's leader Lease: lift gates only while the scheduler on this host "
+        "(--hostname) holds it and it has not expired; with no such Lease, lift (needs get, list and watch on "
+        "that Lease). Default: none, this extender lifts whatever other replicas do",
+    )
+    serve.add_argument(
+        "--hostname",
+        default=socket.gethostname(),
+        help="this host's name as the scheduler beside it puts it in the Lease's holderIdentity "
+        "(<hostname>_<uuid>; default: the system's host name)",
     )
     serve.add_argument(
         "--node-reports",

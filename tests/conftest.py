@@ -117,7 +117,7 @@ def make_account(
         page_size=page,
         total_pages=pool,
         used_pages=used,
-        reserved_pages=reserved,
+        outside_pods_pages=reserved,
         held_bytes=held_mib * MiB + held_bytes,
         numa_free_pages=numa_free,
         cpu_millis=cpus * 1000,

@@ -37,7 +37,7 @@ def test_accounts_from_allocatable_pods_and_annotations(state: ClusterState) -> 
         page_size=PAGE_2MI,
         total_pages=2048,
         used_pages=512,
-        reserved_pages=512,
+        outside_pods_pages=512,
         cpu_millis=8000,
         cpu_requested_millis=2000,
     )
@@ -231,4 +231,4 @@ def test_a_bad_reserved_annotation_is_ignored_for_its_node_only(state: ClusterSt
     # Written by hand or a node agent: one bad value must neither fail a list nor hide the pool.
     state.replace_nodes([state.node_record(make_node("odd", hugepages="1Gi", reserved=annotation))])
     assert state.books[DEFAULT_RESOURCE].accounts["odd"].total_pages == 512
-    assert state.books[DEFAULT_RESOURCE].accounts["odd"].reserved_pages == 0
+    assert state.books[DEFAULT_RESOURCE].accounts["odd"].outside_pods_pages == 0

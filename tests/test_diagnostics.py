@@ -108,6 +108,7 @@ def test_state_document_round_trips_and_holds_no_pod_identity() -> None:
         "nodeReports",
         "resourceNames",
         "sizes",
+        "gateLifter",
     ]
     assert state.resource_names == ("hugepages-2Mi",)
     with pytest.raises(StateDocumentError, match="version 2"):

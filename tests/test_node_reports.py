@@ -91,7 +91,7 @@ def test_what_a_record_changes(case: str, node: str, report: Any, total: int, re
     if report is not None:
         apply(state, node, report)
     account = state.books[DEFAULT_RESOURCE].accounts[node]
-    assert (account.total_pages, account.reserved_pages) == (total, reserved), case
+    assert (account.total_pages, account.outside_pods_pages) == (total, reserved), case
     assert state.books[DEFAULT_RESOURCE].headroom[node] == (total - account.used_pages - reserved) * PAGE, case
 
 
@@ -112,14 +112,14 @@ def test_none_counts_the_nodes_whose_outside_pages_nobody_states() -> None:
 def test_a_record_goes_stale_and_the_node_falls_back_visibly() -> None:
     state, wall = make_state({"defaults": {"nodeReportMaxAgeSeconds": 60}})
     apply(state, "a", report_json(age=10, outside=900))
-    assert state.books[DEFAULT_RESOURCE].accounts["a"].reserved_pages == 900
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].outside_pods_pages == 900
     assert fits(state.books[DEFAULT_RESOURCE].accounts["a"], 200 * PAGE) is Fit.HELD_OUTSIDE  # 1024 - 900 = 124 < 200
     wall.now += 49  # age 59 s: still fresh
     state.expire_reports()
-    assert state.books[DEFAULT_RESOURCE].accounts["a"].reserved_pages == 900
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].outside_pods_pages == 900
     wall.now += 2  # age 61 s
     state.expire_reports()
-    assert state.books[DEFAULT_RESOURCE].accounts["a"].reserved_pages == 0
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].outside_pods_pages == 0
     assert state.stale_reports == 1
     assert state.report_counts()[ReportState.STALE] == 1
     assert state.books[DEFAULT_RESOURCE].report_view("a").state is ReportState.STALE
@@ -139,7 +139,7 @@ def test_a_record_goes_stale_and_the_node_falls_back_visibly() -> None:
     assert "counted from pod requests only" in render_table(result)
     # A new record brings it back.
     apply(state, "a", report_json(age=-51, outside=10))  # observed now (the wall clock moved 51 s)
-    assert state.books[DEFAULT_RESOURCE].accounts["a"].reserved_pages == 10
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].outside_pods_pages == 10
 
 
 def test_a_namespace_with_its_own_max_age_sees_its_own_accounts() -> None:
@@ -147,11 +147,11 @@ def test_a_namespace_with_its_own_max_age_sees_its_own_accounts() -> None:
     apply(state, "a", report_json(age=100, outside=900))  # fresh by the default (1800 s), stale at 30 s
     default_view, _, differs = state.books[DEFAULT_RESOURCE].view_for(Policy())
     assert not differs
-    assert default_view["a"].reserved_pages == 900
+    assert default_view["a"].outside_pods_pages == 900
     strict = build_config({"namespaces": {"strict": {"nodeReportMaxAgeSeconds": 30}}}, {}).policy_for("strict")
     accounts, headroom, differs = state.books[DEFAULT_RESOURCE].view_for(strict)
     assert differs
-    assert accounts["a"].reserved_pages == 0
+    assert accounts["a"].outside_pods_pages == 0
     assert headroom["a"] == (1024 - 100) * PAGE
     assert accounts["plain"] is state.books[DEFAULT_RESOURCE].accounts["plain"]
 
@@ -269,7 +269,7 @@ def test_a_bad_annotation_is_ignored_quickly_with_a_metric(value: str, reason: s
     assert time.perf_counter() - started < 0.5  # "1e999999" must never become a million-digit integer
     assert state.ignored[("annotation", reason)] == 2
     assert (
-        state.books[DEFAULT_RESOURCE].accounts["odd2"].reserved_pages == 0
+        state.books[DEFAULT_RESOURCE].accounts["odd2"].outside_pods_pages == 0
     )  # counted from requests, as if unannotated
     metrics = Metrics()
     metrics.watch_state(state)
@@ -291,7 +291,7 @@ def test_a_snapshot_carries_records() -> None:
     wall = Clock(NOW)
     state = ClusterState(build_config({}, {}), wall_clock=wall)
     state.replace(snapshot.nodes, snapshot.pods, snapshot.reports)
-    assert state.books[DEFAULT_RESOURCE].accounts["n"].reserved_pages == 24
+    assert state.books[DEFAULT_RESOURCE].accounts["n"].outside_pods_pages == 24
 
 
 def test_a_record_renewed_before_its_deadline_stays_fresh_and_the_deadlines_stay_one_per_node() -> None:
@@ -303,7 +303,7 @@ def test_a_record_renewed_before_its_deadline_stays_fresh_and_the_deadlines_stay
     wall.now += 30  # the first record is 129 s old, the newest 30 s
     state.expire_reports()
     assert state.books[DEFAULT_RESOURCE].report_view("a").state is ReportState.FRESH
-    assert state.books[DEFAULT_RESOURCE].accounts["a"].reserved_pages == 7
+    assert state.books[DEFAULT_RESOURCE].accounts["a"].outside_pods_pages == 7
     wall.now += 31
     state.expire_reports()
     assert state.books[DEFAULT_RESOURCE].report_view("a").state is ReportState.STALE

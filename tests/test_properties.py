@@ -38,7 +38,7 @@ def accounts(draw: st.DrawFn) -> NodeAccount:
         page_size=draw(st.sampled_from([PAGE, PAGE, PAGE, 0])),  # 0: a node the extender does not know
         total_pages=total,
         used_pages=draw(st.integers(0, 2200)),
-        reserved_pages=draw(st.integers(0, 300)),
+        outside_pods_pages=draw(st.integers(0, 300)),
         held_bytes=draw(st.integers(0, 400)) * PAGE // draw(st.sampled_from([1, 3])),
         cpu_millis=draw(st.integers(0, 64_000)),
         cpu_requested_millis=draw(st.integers(0, 64_000)),
@@ -237,7 +237,7 @@ VERDICT_ACCOUNTS = {
     Fit.INSUFFICIENT: NodeAccount(page_size=PAGE, total_pages=2000, used_pages=1900),
     Fit.NO_POOL: NodeAccount(page_size=PAGE),
     Fit.EXCEEDS_POOL: NodeAccount(page_size=PAGE, total_pages=100),
-    Fit.HELD_OUTSIDE: NodeAccount(page_size=PAGE, total_pages=1000, reserved_pages=900),
+    Fit.HELD_OUTSIDE: NodeAccount(page_size=PAGE, total_pages=1000, outside_pods_pages=900),
 }
 
 
@@ -346,7 +346,7 @@ def gig_accounts(draw: st.DrawFn) -> NodeAccount:
         page_size=draw(st.sampled_from([GIB, GIB, GIB, 0])),
         total_pages=total,
         used_pages=draw(st.integers(0, 18)),
-        reserved_pages=draw(st.integers(0, 4)),
+        outside_pods_pages=draw(st.integers(0, 4)),
         held_bytes=draw(st.integers(0, 6)) * GIB,
         cpu_millis=draw(st.integers(0, 64_000)),
         cpu_requested_millis=draw(st.integers(0, 64_000)),
@@ -515,7 +515,7 @@ GIG_VERDICT_ACCOUNTS = {
     Fit.INSUFFICIENT: NodeAccount(page_size=GIB, total_pages=16, used_pages=15),
     Fit.NO_POOL: NodeAccount(page_size=GIB),
     Fit.EXCEEDS_POOL: NodeAccount(page_size=GIB, total_pages=1),
-    Fit.HELD_OUTSIDE: NodeAccount(page_size=GIB, total_pages=4, reserved_pages=3),
+    Fit.HELD_OUTSIDE: NodeAccount(page_size=GIB, total_pages=4, outside_pods_pages=3),
 }
 
 

@@ -231,19 +231,19 @@ def test_each_size_reads_its_own_figures_of_a_node_agents_record_and_annotation(
     })  # fmt: skip
     state.apply_report(*state.report_record("both", raw))
     small, large = state.books.values()
-    assert (small.accounts["both"].reserved_pages, large.accounts["both"].reserved_pages) == (0, 3)
+    assert (small.accounts["both"].outside_pods_pages, large.accounts["both"].outside_pods_pages) == (0, 3)
     assert large.report_view("both").report is not None
     decision = verbs.filter_pod(pod("p", large="2Gi"), ["both", "large-only"]).decision
     assert list(decision.passed) == ["large-only"]
     assert decision.unresolvable["both"] == Reasons.for_resource("hugepages-1Gi").held_outside
     # Relisted without the record: both sizes forget it.
     state.replace_reports([])
-    assert large.accounts["both"].reserved_pages == 0
+    assert large.accounts["both"].outside_pods_pages == 0
     # The manual annotation names its size.
     state.apply_node(
         node("both", small="1Gi", large="4Gi", annotations={"hugepage-extender.io/reserved-hugepages-1Gi": "1Gi"})
     )
-    assert (small.accounts["both"].reserved_pages, large.accounts["both"].reserved_pages) == (0, 1)
+    assert (small.accounts["both"].outside_pods_pages, large.accounts["both"].outside_pods_pages) == (0, 1)
 
 
 def test_a_one_size_cluster_has_no_further_states_and_no_further_fields() -> None:

@@ -338,15 +338,16 @@ class Cell:
         port: int | None = None,
         enable_bind: bool = False,
         nudge: bool = False,
+        args: Sequence[str] = (),
     ) -> Service:
-        """A live extender (list/watch of the API server) with this config, ready. With ``nudge``, as
-        in a cluster: its nudge annotates a pod of the test's own bound to a node (its own node, with
-        no pool), the pod it names with --nudge-pod."""
-        extra_args: list[str] = []
+        """A live extender (list/watch of the API server) with this config and ``args``, ready. With
+        ``nudge``, as in a cluster: its nudge annotates a pod of the test's own bound to a node (its own
+        node, with no pool), the pod it names with --nudge-pod."""
+        extra_args = list(args)
         if nudge:
             pod = f"extender{suffix}"
             bound_pod(self.plane, self.namespace, pod, self.node(f"home{suffix}", hugepages="0"), hugepages_2mi=None)
-            extra_args = ["--nudge-pod", f"{self.namespace}/{pod}"]
+            extra_args += ["--nudge-pod", f"{self.namespace}/{pod}"]
         path = write_extender_config(self.tmp_path, config, name=f"extender{suffix}.yaml")
         return start_live_extender(
             self.plane,

@@ -35,7 +35,7 @@ class NodeAccount(msgspec.Struct, frozen=True, gc=False):
     page_size: int = 0  # bytes per page; 0 means the extender does not know the node
     total_pages: int = 0  # status.allocatable[<resource>] / page_size, capped by the kernel's own total
     used_pages: int = 0  # requested by non-terminal pods bound to the node
-    reserved_pages: int = 0  # held outside pod requests (VMs, DPDK), reported by the node
+    outside_pods_pages: int = 0  # held outside pod requests (VMs, DPDK), reported by the node
     held_bytes: int = 0  # placements chosen but not yet seen bound
     cpu_millis: int = 0  # status.allocatable.cpu
     cpu_requested_millis: int = 0  # requested by pods bound to the node
@@ -52,7 +52,7 @@ class NodeAccount(msgspec.Struct, frozen=True, gc=False):
 
     @property
     def committed_pages(self) -> int:
-        return self.used_pages + self.reserved_pages
+        return self.used_pages + self.outside_pods_pages
 
     @property
     def held_pages(self) -> int:
@@ -102,7 +102,7 @@ def headroom_bytes(account: NodeAccount) -> int:
     if page <= 0:
         return UNBOUNDED
     total = account.total_pages
-    committed = account.used_pages + account.reserved_pages
+    committed = account.used_pages + account.outside_pods_pages
     if total <= 0 or committed >= total:
         return -1
     return (total - committed + account.held_bytes // -page) * page  # held pages: -(held // -page)
@@ -118,7 +118,7 @@ def ceiling_bytes(account: NodeAccount) -> int:
     total = account.total_pages
     if total <= 0:
         return -1
-    return max(-1, (total - account.reserved_pages) * page)
+    return max(-1, (total - account.outside_pods_pages) * page)
 
 
 def numa_headroom_bytes(account: NodeAccount) -> int:
@@ -134,7 +134,7 @@ def _never_fits(account: NodeAccount, need_pages: int) -> Fit | None:
         return Fit.NO_POOL
     if need_pages > account.total_pages:
         return Fit.EXCEEDS_POOL
-    if need_pages > account.total_pages - account.reserved_pages:
+    if need_pages > account.total_pages - account.outside_pods_pages:
         return Fit.HELD_OUTSIDE
     return None
 

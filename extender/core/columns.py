@@ -70,7 +70,7 @@ class NodeColumns:
         values = (
             page,
             account.total_pages,
-            used + account.reserved_pages,  # committed_pages
+            used + account.outside_pods_pages,  # committed_pages
             -(account.held_bytes // -page) if page > 0 else 0,  # held_pages (capacity.hugepages_for)
             used,
             account.cpu_millis,

@@ -111,6 +111,7 @@ def state_document(
     holds_by_size: Mapping[str, Mapping[str, NodeHolds]],
     placement: PolicyTable,
     node_reports: Mapping[str, NodeReport] | None = None,
+    gate_lifter: tuple[bool, str] | None = None,
 ) -> dict[str, Any]:
     """The ``/debug/state`` document (version 1) of ``holds_by_size`` (every size guarded, in the config's
     order). New keys may be added; none is renamed or removed: so ``resourceName`` and ``inFlight`` stay
@@ -137,6 +138,8 @@ def state_document(
         },
         "resourceNames": list(holds_by_size),
         "sizes": {name: {"inFlight": _in_flight(held)} for name, held in others},
+        # Whether this replica lifts scheduling gates now, and why (None: it lifts none, --no-lift-gates).
+        "gateLifter": None if gate_lifter is None else {"lifts": gate_lifter[0], "why": gate_lifter[1]},
     }
 
 
@@ -279,7 +282,7 @@ def node_rows(
                 node=name,
                 pool_bytes=account.total_pages * page_size,
                 pods_bytes=account.used_pages * page_size,
-                outside_pods_bytes=account.reserved_pages * page_size,
+                outside_pods_bytes=account.outside_pods_pages * page_size,
                 in_flight_bytes=account.held_pages * page_size,
                 in_flight_pods=holds[name].pods if name in holds else 0,
                 free_bytes=account.free_pages * page_size,
@@ -369,6 +372,6 @@ def pool_totals(accounts: Iterable[NodeAccount]) -> PoolTotals:
         page_size = a.page_size
         capacity += a.total_pages * page_size
         pods += a.used_pages * page_size
-        outside += a.reserved_pages * page_size
+        outside += a.outside_pods_pages * page_size
         inflight += min(a.held_pages, max(0, a.total_pages - a.committed_pages)) * page_size
     return PoolTotals(capacity, pods, outside, inflight)

@@ -24,6 +24,7 @@ from extender.core.budget import KEPT, BufferLedger, Holding
 from extender.core.config import Config
 from extender.core.diagnostics import MAX_STATE_NODES, NodeReport, holds_per_node, state_document
 from extender.core.gates import GatedPod, GatedPods
+from extender.core.leadership import EVERY_REPLICA, LiftTurn
 from extender.core.nudge import NudgePacer
 from extender.core.podoutcome import CELLS
 from extender.core.policy import Mode, Policy
@@ -101,6 +102,7 @@ class Extender:
         nudger: Nudger | None = None,
         gated: GatedPods | None = None,
         lifter: Lifter | None = None,
+        lift_turn: Callable[[], LiftTurn] | None = None,
     ) -> None:
         self.config = config
         self.state = state
@@ -119,6 +121,9 @@ class Extender:
         self.nudger = nudger
         self.gated = gated  # pods behind the extender's scheduling gate, lifted by ``lifter`` (extender.core.gates)
         self.lifter = lifter
+        # Whether this replica lifts now (``extender.core.leadership``: the scheduler beside it holds the Lease).
+        self.lift_turn = lift_turn or (lambda: EVERY_REPLICA)
+        self._turn: LiftTurn | None = None  # as of the last tick: a change is logged and sets the metric
         self._gate_budget = WriteBudget(PER_MINUTE["gate"])
         self.pacer = NudgePacer()
         self.scrapes = MetricsPage(metrics)
@@ -258,8 +263,13 @@ class Extender:
                 for size, book in self.state.books.items()
             },
             node_reports=self._node_reports(nodes, self.config.policy_for(namespace)),
+            gate_lifter=None if self.gated is None else self._gate_lifter(),
         )
         return web.json_response(document, headers={"Cache-Control": "no-store"})
+
+    def _gate_lifter(self) -> tuple[bool, str]:
+        turn = self.lift_turn()
+        return turn.lifts, turn.why
 
     async def debug_shadow(self, request: web.Request) -> web.Response:
         """Shadow's scorecard (``extender.state.scorecard``), for ``kubectl hugepages shadow``: per namespace
@@ -340,7 +350,9 @@ class Extender:
     def _lift_gates(self, now: float, freed: bool) -> None:
         """A round of lifts (``extender.state.gatelift``) when room freed or pods came behind the gate."""
         gated, lifter = self.gated, self.lifter
-        if gated is None or lifter is None or not (freed or gated.arrived) or not len(gated):
+        if gated is None or lifter is None or not self._lifts_now(gated):
+            return
+        if not (freed or gated.arrived) or not len(gated):
             return
         gated.arrived = False
         m = self.metrics
@@ -355,6 +367,18 @@ class Extender:
         for pod, _node in done.lifted:
             lifter.lift(pod)
         gated.arrived = done.unfinished
+
+    def _lifts_now(self, gated: GatedPods) -> bool:
+        """Whether this replica lifts now; on becoming the lifter it runs a round at once (room freed
+        meanwhile was taken by the ticks that did not lift)."""
+        turn = self.lift_turn()
+        if turn != self._turn:
+            log.info("scheduling gates: %s lifting (%s)", "now" if turn.lifts else "not", turn.why)
+            self.metrics.gate_lifter.set(1 if turn.lifts else 0)
+            if turn.lifts:
+                gated.arrived = True
+            self._turn = turn
+        return turn.lifts
 
     async def release_timer(self, tick_seconds: float = RELEASE_TICK_SECONDS) -> None:
         """Holds and records end on time, not at the next filter call; room freed while an enforced

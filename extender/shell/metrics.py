@@ -186,6 +186,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.gate_lifter = Gauge(
+            "hugepage_extender_gate_lifter",
+            "1 while this extender lifts scheduling gates: the scheduler beside it holds the leader Lease"
+            " (--leader-lease), that Lease does not exist, or none is named; 0 while another replica's scheduler"
+            " holds it, it expired or is not read yet, or with --no-lift-gates.",
+            registry=r,
+        )
         self.nudge_pod = Gauge(
             "hugepage_extender_nudge_pod",
             "1 when the extender has a pod to annotate when room frees (--nudge-pod); 0: pods it turned away wait"

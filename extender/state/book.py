@@ -238,15 +238,15 @@ class SizeBook:
         pool = self.pool_of(capacity)
         held_bytes, held_cpu = self.ledger.held_on(name)
         used = self.used_pages.get(name, 0)
-        total, reserved, numa_free = pool.total_pages, pool.reserved_pages, -1
+        total, outside, numa_free = pool.total_pages, pool.outside_pods_pages, -1
         report = self.reports.used(name, fresh=fresh)
         if report is not None:
-            total, reserved, numa_free = _with_report(pool, report, used)
+            total, outside, numa_free = _with_report(pool, report, used)
         return NodeAccount(
             page_size=self.page_size,
             total_pages=total,
             used_pages=used,
-            reserved_pages=reserved,
+            outside_pods_pages=outside,
             numa_free_pages=numa_free,
             held_bytes=held_bytes,
             cpu_millis=capacity.cpu_millis,
@@ -266,13 +266,13 @@ def _with_report(pool: SizePool, report: PoolReport, used_pages: int) -> tuple[i
     pages pods requested but do not hold yet (just bound, not started)."""
     total = min(pool.total_pages, report.total_pages)
     if pool.annotated:
-        reserved = pool.reserved_pages
+        outside = pool.outside_pods_pages
     elif report.outside_pages is not None:
-        reserved = max(0, report.outside_pages - (report.total_pages - total))
+        outside = max(0, report.outside_pages - (report.total_pages - total))
     else:
-        reserved = 0
+        outside = 0
     numa_free = -1
     if report.numa_free_pages:
         not_yet_held = max(0, used_pages - report.pod_pages) if report.pod_pages is not None else used_pages
         numa_free = max(0, max(report.numa_free_pages) - report.reserved_pages - not_yet_held)
-    return total, reserved, numa_free
+    return total, outside, numa_free

@@ -186,7 +186,7 @@ def explain(
                 known=name in accounts,
                 pool_pages=account.total_pages,
                 used_pages=account.used_pages,
-                reserved_pages=account.reserved_pages,
+                reserved_pages=account.outside_pods_pages,
                 inflight_pages=account.held_pages,
                 free_pages=account.free_pages,
                 need_pages=hugepages_for(need.hugepage_bytes, account.page_size),

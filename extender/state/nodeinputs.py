@@ -30,7 +30,7 @@ class SizePool(msgspec.Struct, frozen=True, gc=False):
     """A Node's pool of one page size, as its status and the manual annotation give it."""
 
     total_pages: int
-    reserved_pages: int  # from the manual annotation
+    outside_pods_pages: int  # from the manual annotation
     annotated: bool = False  # the annotation is set (and readable): it overrides the agent's record
     ignored: str = ""  # why the annotation was not read ("malformed", "absurd"), for the metric
 

@@ -168,6 +168,8 @@ def test_objects_are_well_formed(renders: dict[str, Rendered], scenario: str) ->
             assert label in meta["labels"], f"{where}: no {label} label"
         if doc["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in meta, where
+        elif meta["name"] == f"{EXTENDER}-leader-lease":  # beside the Lease it reads
+            assert meta["namespace"] == leader_lease_of(scenario).split("/")[0], where
         elif not (doc["kind"] == "RoleBinding" and meta["namespace"] == "kube-system"):
             assert meta["namespace"] == NAMESPACE, where
 
@@ -453,6 +455,68 @@ def test_gates_are_the_extenders_gate_added_with_gates_on_and_lifted_either_way(
     assert any("variables.gateLifted" in expression for expression in checks)
 
 
+def leader_lease_of(scenario: str) -> str:
+    """The Lease the extender follows to lift gates only beside its holder ("": none, every replica lifts):
+    the secondary scheduler's own in the sidecar, the cluster scheduler's beside it, none behind a Service."""
+    values, topology = effective(scenario), topology_of(scenario)
+    if topology == "sidecar":
+        return f"{NAMESPACE}/{SCHEDULER}" if values["scheduler"]["leaderElection"]["enabled"] else ""
+    return str(values["scheduler"]["own"]["leaderLease"]) if topology == "controlPlane" else ""
+
+
+def assert_lifts_beside_the_lease_holder(rendered: Rendered, topology: str, lease: str) -> None:
+    args = the_extender_container(rendered, topology)["args"]
+    assert [arg for arg in args if arg.startswith("--leader-lease")] == ([f"--leader-lease={lease}"] if lease else [])
+    name = f"{EXTENDER}-leader-lease"
+    if not lease:
+        assert not rendered.has("Role", name)
+        assert not rendered.has("RoleBinding", name)
+        return
+    namespace, lease_name = lease.split("/")
+    role, binding = rendered.get("Role", name), rendered.get("RoleBinding", name)
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
+    # That one Lease, read only: its list and watch select it by name (extender/kube/lease.py).
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease_name],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
+    account = SCHEDULER if topology == "sidecar" else EXTENDER
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+    if topology == "sidecar":  # the Lease the scheduler beside it elects its leader with
+        election = scheduler_config(rendered)["leaderElection"]
+        assert (election["resourceNamespace"], election["resourceName"]) == (namespace, lease_name)
+
+
+@pytest.mark.parametrize("scenario", sorted(CI))
+def test_the_extender_lifts_gates_only_beside_the_scheduler_that_holds_the_lease(
+    renders: dict[str, Rendered], scenario: str
+) -> None:
+    assert_lifts_beside_the_lease_holder(renders[scenario], topology_of(scenario), leader_lease_of(scenario))
+
+
+@pytest.mark.parametrize(
+    ("set_values", "topology", "lease"),
+    [
+        ({"scheduler.leaderElection.enabled": "false", "scheduler.replicaCount": "1"}, "sidecar", ""),
+        ({"scheduler.mode": "own"}, "controlPlane", "kube-system/kube-scheduler"),
+        (
+            {"scheduler.mode": "own", "scheduler.own.leaderLease": "sched/my-scheduler"},
+            "controlPlane",
+            "sched/my-scheduler",
+        ),
+        ({"scheduler.mode": "own", "scheduler.own.leaderLease": ""}, "controlPlane", ""),
+        ({"topology": "service"}, "service", ""),
+    ],
+)
+def test_which_lease_the_extender_follows(helm: Helm, set_values: dict[str, str], topology: str, lease: str) -> None:
+    assert_lifts_beside_the_lease_holder(helm.template(set_values=set_values), topology, lease)
+
+
 # -- the scheduler ----------------------------------------------------------------
 
 
@@ -580,7 +644,9 @@ def test_default_bind_lets_an_enforcing_filter_admit_every_node(helm: Helm) -> N
 def test_secondary_scheduler_deployment(renders: dict[str, Rendered], scenario: str) -> None:
     rendered = renders[scenario]
     if is_own(scenario):
-        assert [r["metadata"]["name"] for r in rendered.all("Role")] == [f"{EXTENDER}-nudge"]  # no scheduler roles
+        roles = sorted(r["metadata"]["name"] for r in rendered.all("Role"))
+        lease_reader = [f"{EXTENDER}-leader-lease"] if leader_lease_of(scenario) else []
+        assert roles == [*lease_reader, f"{EXTENDER}-nudge"]  # no scheduler roles
         own_deployments = [EXTENDER] if topology_of(scenario) == "service" else []
         assert [d["metadata"]["name"] for d in rendered.all("Deployment")] == own_deployments
         bindings = [b["metadata"]["name"] for b in rendered.all("ClusterRoleBinding")]

@@ -127,7 +127,7 @@ def test_one_gib_pages_are_counted_by_the_agent_and_guarded_by_the_extender(tmp_
     state.replace([make_node("this-node", hugepages=f"{pool}Gi", resource=RESOURCE)], [])
     state.apply_report(*state.report_record("this-node", msgspec.json.encode(record.report_json())))
     account = state.books[RESOURCE].accounts["this-node"]
-    assert (account.page_size, account.total_pages, account.reserved_pages) == (GIB, pool, outside0 + 1)
+    assert (account.page_size, account.total_pages, account.outside_pods_pages) == (GIB, pool, outside0 + 1)
     verbs = ExtenderVerbs(config, state)
     room = pool - outside0 - 1  # what the pages held outside pods leave
     fits = verbs.filter_pod(make_pod("fits", hugepages=f"{room}Gi", resource=RESOURCE), ["this-node"])

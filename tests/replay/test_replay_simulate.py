@@ -50,7 +50,7 @@ def test_outside_usage_reaches_the_extender_as_reserved_pages() -> None:
     state = ClusterState(parse_variant("enforce").config(30.0))
     state.replace([node_object(spec)], [])
     account = state.books[RESOURCE_NAME].accounts["vmhost-0000"]
-    assert (account.total_pages, account.reserved_pages, account.cpu_millis) == (4096, 3072, 64_000)
+    assert (account.total_pages, account.outside_pods_pages, account.cpu_millis) == (4096, 3072, 64_000)
 
 
 def test_a_vm_pod_asks_for_memory_and_the_extender_derives_its_hugepage_need() -> None:

@@ -140,6 +140,21 @@ calls its own extender on 127.0.0.1, and nothing else can reach the verbs.
 {{- end }}
 {{- end }}
 
+{{/*
+The scheduler's leader Lease, NAMESPACE/NAME, that the extender follows to lift scheduling gates only
+beside the scheduler that holds it (serve --leader-lease; docs/design.md, "Gates"), or "": sidecar, the
+secondary scheduler's own Lease when it elects a leader; controlPlane, scheduler.own.leaderLease (kubeadm's
+kube-system/kube-scheduler); service, none (no scheduler beside the extender: every replica lifts).
+*/}}
+{{- define "hugepage-extender.leaderLease" -}}
+{{- $topology := include "hugepage-extender.topology" . }}
+{{- if and (eq $topology "sidecar") .Values.scheduler.leaderElection.enabled }}
+{{- printf "%s/%s" .Release.Namespace (include "hugepage-extender.scheduler.fullname" .) }}
+{{- else if eq $topology "controlPlane" }}
+{{- .Values.scheduler.own.leaderLease }}
+{{- end }}
+{{- end }}
+
 {{/* "true" when the scheduler calls its extender on 127.0.0.1 (sidecar, controlPlane). */}}
 {{- define "hugepage-extender.loopback" -}}
 {{- ne (include "hugepage-extender.topology" .) "service" }}
@@ -574,6 +589,11 @@ args:
   {{- if eq (include "hugepage-extender.mtlsOn" $) "true" }}
   - --client-ca-file=/etc/hugepage-extender/client-ca/ca.crt
   {{- end }}
+  {{- end }}
+  {{- with include "hugepage-extender.leaderLease" $ }}
+  # Gates are lifted only beside the scheduler that holds this Lease (its holder is
+  # <hostname>_<uuid>; this container shares that hostname).
+  - --leader-lease={{ . }}
   {{- end }}
   {{- range $.Values.extender.extraArgs }}
   - {{ . | quote }}
