@@ -40,9 +40,10 @@ from enum import StrEnum
 
 import msgspec
 
-from extender.core.answer import FilterDecision, HostScores, Outcome, Reasons
+from extender.core.answer import FilterDecision, HostScores, Reasons
 from extender.core.config import Config
 from extender.core.decision import filter_sizes, prioritize_sizes
+from extender.core.filtercall import FilterCall, admitted_for_bind, may_retry_window, owns
 from extender.core.gates import GatedPod
 from extender.core.holds import HOLD_LIMIT
 from extender.core.objects import Pod
@@ -58,10 +59,6 @@ RECENT_PODS = 10_000  # pods between filter and bind; far more than a scheduler 
 UNVERIFIED_HOLD_SECONDS = 5.0  # how long a hold may wait for the watch to show its pod
 REFUSED_UIDS = 10_000  # UIDs whose pod never showed up: they hold nothing again
 MAX_UNVERIFIED_HOLDS = 64  # holds of pods the watch has not shown yet; a real scheduler is rarely ahead by one
-
-
-# Outcomes of a decision that examined every candidate and admitted none.
-_EVERY_CANDIDATE_REJECTED = (Outcome.NO_HUGEPAGE_CAPACITY, Outcome.NO_COMPATIBLE_NODE)
 
 
 class _Filtered(msgspec.Struct, frozen=True, gc=False):
@@ -105,6 +102,13 @@ class FilterResult:
     shown: bool = False  # the watch shows this pod under its UID (a made-up pod gets no Event)
     window_retry: int = 0  # answer an Error: nodes not sent would hold the pod (extender/core/window.py); its number
     sizes: tuple[str, ...] = ()  # the sizes decided on (resource names), in the decision's order
+
+    @classmethod
+    def of(
+        cls, call: FilterCall, decision: FilterDecision, *, held: bool, refused: int, shown: bool, window_retry: int
+    ) -> FilterResult:
+        """The result of ``call``: its decision with the need, policy and sizes the call read."""
+        return cls(decision, call.demand, call.policy, held, refused, shown, window_retry, call.sizes)
 
     def rejected_by_size(self) -> Iterator[tuple[str, int, int]]:
         """(size, insufficient, exceeds_pool): the rejected nodes by the size their verdict comes from (the
@@ -181,45 +185,85 @@ class ExtenderVerbs:
 
         ``enforce_entry``: the call came through the scheduler's enforce entry (not ignorable), so
         an Error answer makes the scheduler try its next window (``window_retry``) when a node the
-        pod may use (``reach``: its node selector, required affinity, tolerations) would hold it."""
-        if policy is None:
-            policy = self.config.policy_for(namespace)
-        owner = f"{namespace}/{name}"
-        refused_before = self.refused_holds
-        sizes = demand.sizes_needed  # the sizes decided on (none asked: the pod is passed through)
-
-        def result(decision: FilterDecision, held: bool = False, window_retry: int = 0) -> FilterResult:
-            shown = self.state.owner_of(uid) == owner
-            refused = self.refused_holds - refused_before
-            return FilterResult(decision, demand, policy, held, refused, shown, window_retry, sizes)
-
-        self.expire()
-        own = self._owns(uid, owner)
-        if own:
-            # A new attempt for this pod: its previous attempt's hold is over, and must not
-            # count against the pod itself.
-            self.state.release(uid)
-        views = [self._size_view(size, demand, uid, owner, policy) for size in sizes]
-        decision = filter_sizes(demand, candidates, views=views, policy=policy, rng=self.rng)
+        pod may use (``reach``: its node selector, required affinity, tolerations) would hold it.
+        The steps, in order: ``claim``, ``size_views``, the decision, ``window_retry``, ``remember``, ``hold``."""
+        call = FilterCall(
+            uid,
+            namespace,
+            f"{namespace}/{name}",
+            demand,
+            candidates,
+            policy if policy is not None else self.config.policy_for(namespace),
+            enforce_entry,
+            reach,
+            demand.sizes_needed,
+        )
+        refused_before = self.refused_holds  # the result counts what this call refused, expiry's drops too
+        own = self.claim(call)
+        views = self.size_views(call)
+        decision = filter_sizes(demand, candidates, views=views, policy=call.policy, rng=self.rng)
         if not (own and uid):
-            self.refused_holds += bool(uid)
-            return result(decision)
-        if decision.passed:
-            self.window_retries.placed(uid)
-        elif enforce_entry and policy.mode is Mode.ENFORCE:
-            window_retry = self._window_retry(uid, demand, policy, decision, candidates, views, reach)
-            if window_retry:
-                return result(decision, window_retry=window_retry)  # no hold: no node was admitted
+            self.refused_holds += bool(uid)  # a UID another pod owns: neither remembered for bind nor held
+            return self._result(call, decision, refused_before)
+        window_retry = self.window_retry(call, decision, views)
+        if window_retry:
+            return self._result(call, decision, refused_before, window_retry=window_retry)  # no node admitted
         # Every mode: a pod placed in an off namespace still takes pages that
         # enforcing namespaces must see in flight once bind names its node.
-        passed = decision.passed
-        admitted = tuple(passed) if len(passed) <= HOLD_LIMIT else None
-        self._remember(uid, _Filtered(owner, demand, policy, admitted))
-        return result(decision, self._hold(uid, demand, policy, decision))
+        self.remember(call, decision)
+        return self._result(call, decision, refused_before, held=self.hold(call, decision))
 
-    def _hold(self, uid: str, demand: PodDemand, policy: Policy, decision: FilterDecision) -> bool:
+    # -- filter's steps, in order; each is tested alone (tests/test_filter_steps.py) --------------
+
+    def claim(self, call: FilterCall) -> bool:
+        """End what is past its time, then whether the pod owns the UID it names (``filtercall.owns``).
+        If so, this is a new attempt for it: its previous attempt's hold is over, and must not count
+        against the pod itself."""
+        self.expire()
+        remembered = self._recent.get(call.uid)
+        own = owns(self.state.owner_of(call.uid), None if remembered is None else remembered.owner, call.owner)
+        if own:
+            self.state.release(call.uid)
+        return own
+
+    def size_views(self, call: FilterCall) -> list[SizeView]:
+        """What the decision reads of each size the pod asks, in the decision's order."""
+        return [self._size_view(size, call.demand, call.uid, call.owner, call.policy) for size in call.sizes]
+
+    def window_retry(self, call: FilterCall, decision: FilterDecision, views: Sequence[SizeView]) -> int:
+        """The number of this window retry for the pod (answer an Error: extender/core/window.py), 0
+        for none. A pod admitted somewhere ends its run of retries."""
+        if decision.passed:
+            self.window_retries.placed(call.uid)
+            return 0
+        if not may_retry_window(decision, call.policy, call.enforce_entry):
+            return 0
+        numa = call.policy.numa_aligned and call.demand.guaranteed
+        state, reach = self.state, call.reach
+
+        def may_use(name: str) -> bool:
+            node = state.reach_of(name)
+            return node is not None and reach.may_use(name, node)
+
+        return self.window_retries.retry(
+            call.uid,
+            candidates=len(call.candidates),
+            nodes=reach.scanned(state.nodes()),
+            percentage=self.config.percentage_of_nodes_to_score,
+            now=state.now(),
+            room=lambda: room_anywhere(views, numa=numa, may_use=may_use),
+        )
+
+    def remember(self, call: FilterCall, decision: FilterDecision) -> None:
+        """What bind will check the pod against (``bind_refusal``, ``room_at_bind``): its owner, need,
+        policy and the nodes admitted (``filtercall.admitted_for_bind``)."""
+        admitted = admitted_for_bind(decision.passed, HOLD_LIMIT)
+        self._remember(call.uid, _Filtered(call.owner, call.demand, call.policy, admitted))
+
+    def hold(self, call: FilterCall, decision: FilterDecision) -> bool:
         """Hold an enforced pod's need on the nodes its filter admitted; whether it was held. A pod the
         watch has not shown (yet) is held only while few such are (``MAX_UNVERIFIED_HOLDS``)."""
+        uid, demand, policy = call.uid, call.demand, call.policy
         if not (demand.wants_hugepages and self.hold_in_flight and policy.mode is Mode.ENFORCE and self._may_hold(uid)):
             return False
         not_shown = self.verify_holds and self.state.owner_of(uid) is None and not self.state.is_bound(uid)
@@ -230,6 +274,21 @@ class ExtenderVerbs:
             self._unverified_uids[uid] = None
             self._unverified.append((self.state.now() + UNVERIFIED_HOLD_SECONDS, uid))
         return self.state.hold(uid, decision.nodes_to_hold, demand, policy.hold_timeout_seconds)
+
+    def _result(
+        self,
+        call: FilterCall,
+        decision: FilterDecision,
+        refused_before: int,
+        *,
+        held: bool = False,
+        window_retry: int = 0,
+    ) -> FilterResult:
+        """The call's result, read when the call is over: whether the watch shows the pod under its UID,
+        and the holds refused or dropped since ``refused_before``."""
+        shown = self.state.owner_of(call.uid) == call.owner
+        refused = self.refused_holds - refused_before
+        return FilterResult.of(call, decision, held=held, refused=refused, shown=shown, window_retry=window_retry)
 
     def _size_view(self, size: str, demand: PodDemand, uid: str, owner: str, policy: Policy) -> SizeView:
         """What the filter reads of one size's accounts for this pod."""
@@ -384,45 +443,7 @@ class ExtenderVerbs:
         self.state.expire_reports()
         return Expired(unverified=self._drop_unverified())
 
-    def _window_retry(  # noqa: PLR0917 (the decision and what it was made from)
-        self,
-        uid: str,
-        demand: PodDemand,
-        policy: Policy,
-        decision: FilterDecision,
-        candidates: Sequence[str],
-        views: Sequence[SizeView],
-        reach: PodReach,
-    ) -> int:
-        """The number of this window retry for a pod the enforce entry sent, 0 for none."""
-        if decision.outcome not in _EVERY_CANDIDATE_REJECTED:
-            return 0
-        numa = policy.numa_aligned and demand.guaranteed
-        state = self.state
-
-        def may_use(name: str) -> bool:
-            node = state.reach_of(name)
-            return node is not None and reach.may_use(name, node)
-
-        return self.window_retries.retry(
-            uid,
-            candidates=len(candidates),
-            nodes=reach.scanned(state.nodes()),
-            percentage=self.config.percentage_of_nodes_to_score,
-            now=state.now(),
-            room=lambda: room_anywhere(views, numa=numa, may_use=may_use),
-        )
-
     # -- who may hold --------------------------------------------------------------
-
-    def _owns(self, uid: str, owner: str) -> bool:
-        """False when ``uid`` is another pod's: the watch shows it as another, or an
-        earlier filter remembered it as another."""
-        shown = self.state.owner_of(uid)
-        if shown is not None and shown != owner:
-            return False
-        filtered = self._recent.get(uid)
-        return filtered is None or owner in (filtered.owner, shown)
 
     def _may_hold(self, uid: str) -> bool:
         return not (self.verify_holds and uid in self._refused and self.state.owner_of(uid) is None)
