@@ -1,6 +1,7 @@
 """python -m benchmarks [PART ...] [--quick] [--json FILE]
 
-PART: decision, http, full, concurrency, scheduler, hold, memory, scale, node_reports (default: all).
+PART: decision, http, full, previous, in_flight, concurrency, scheduler, backlog, hold, memory, scale,
+node_reports (default: all). ``previous`` measures this checkout against ``--previous REV``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from benchmarks import (
     in_flight,
     memory,
     node_reports,
+    previous,
     scale,
     scheduler,
     scheduler_window,
@@ -36,6 +38,7 @@ KNOWN = [
     "decision",
     "http",
     "full",
+    "previous",
     "in_flight",
     "concurrency",
     "scheduler",
@@ -71,16 +74,24 @@ def machine() -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("which", nargs="*", help=f"{', '.join(KNOWN)} (default: all)")
     parser.add_argument("--quick", action="store_true", help="CI-sized: fewer sizes, pods and repetitions")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--previous", default="HEAD~1", metavar="REV", help="the commit 'previous' measures against (default: HEAD~1)"
+    )
     parser.add_argument("--scheduler-workdir", type=Path, help="keep the control plane's logs and configs here")
     args = parser.parse_args()
     args.which = args.which or KNOWN
     if unknown := set(args.which) - set(KNOWN):
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from {', '.join(KNOWN)}")
+    return args
+
+
+def main() -> int:
+    args = _arguments()
     results: dict[str, Any] = {
         "command": shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]]),
         "machine": machine(),
@@ -141,6 +152,18 @@ def main() -> int:
         full_cluster.SIZES_COLUMNS,
         lambda: two_sizes,
         part="full",
+    )
+    section(
+        "previous",
+        f"Filter on full clusters, this checkout against {args.previous} (5,000 nodes, the same rounds; previous = 1)",
+        previous.COLUMNS,
+        lambda: previous.run(
+            args.previous,
+            nodes=5000,
+            rounds=3 if args.quick else 5,
+            requests=10 if args.quick else 40,
+            log=lambda line: print(line, file=sys.stderr),
+        ),
     )
     section(
         "in_flight",

@@ -106,13 +106,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server_process(module: str, *args: str, timeout: float = 120.0) -> Iterator[Server]:
-    """``python -m module --port P *args`` in its own process group, yielded once it listens."""
+def server_process(module: str, *args: str, timeout: float = 120.0, cwd: Path = REPO_ROOT) -> Iterator[Server]:
+    """``python -m module --port P *args`` in its own process group, yielded once it listens. ``cwd``
+    is the checkout whose code it runs (``python -m`` imports from there first)."""
     port = free_port()
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
             [sys.executable, "-m", module, "--port", str(port), *args],
-            cwd=REPO_ROOT,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -12,6 +12,7 @@ from benchmarks import (
     http_decision,
     in_flight,
     node_reports,
+    previous,
     scale,
     scorecard,
 )
@@ -144,6 +145,20 @@ def test_round_trip_benchmark_runs_both_paths() -> None:
     rows = extender_round_trip.run(calls=20)
     assert [row["path"].split(",")[1].strip().split(" ")[0] for row in rows] == ["plain", "HTTPS"]
     assert all(row["calls"] == 20 and 0 < row["p50_ms"] <= row["p99_ms"] for row in rows)
+
+
+def test_previous_benchmark_measures_this_checkout_against_a_commit() -> None:
+    rows = previous.run("HEAD", nodes=200, shares=(90,), rounds=2, requests=2, log=lambda line: None)
+    assert [(row["case"], row["sizes"]) for row in rows] == [
+        (case, sizes) for case in full_cluster.CASES for sizes in previous.SERVERS
+    ]
+    for row in rows:
+        assert row["p50 ms"] > 0
+        assert row["previous p50 ms"] > 0
+        assert 0 < row["x min"] <= row["x previous"] <= row["x max"]
+        this, before = row["passed"].split("/")
+        if "K=3" not in row["case"] and "K=16" not in row["case"]:  # best-of-K answers are draws
+            assert this == before  # the same cluster, and the same commit decides it alike
 
 
 def test_in_flight_benchmark_runs_every_case_with_pods_in_flight() -> None:
