@@ -103,6 +103,22 @@ BASES = {
 _FLOOR_OF = {REJECTED.insufficient: "floor insufficient", REJECTED.exceeds_pool: "floor exceeds pool"}
 
 
+def case_bodies(documents: list[dict[str, Any]], *, one_gib: str | None = None) -> dict[str, bytes]:
+    """Each case's NodeNames request over ``documents``; with ``one_gib``, its pod asks that much
+    ``hugepages-1Gi`` besides."""
+    return {
+        name: request_body(
+            documents,
+            full_nodes=False,
+            hugepages=case.hugepages,
+            namespace=case.namespace,
+            pod_name=case.pod_name,
+            one_gib=one_gib,
+        )
+        for name, case in CASES.items()
+    }
+
+
 async def _timed(session: aiohttp.ClientSession, url: str, body: bytes) -> tuple[float, bytes]:
     started = time.perf_counter()
     async with session.post(url, data=body, headers=HEADERS) as response:
@@ -158,23 +174,7 @@ def run(
     """One row per share and case; with ``two_sizes``, a list, also one row there per share and case
     for the server guarding both sizes (``SIZES_COLUMNS``), measured in the same rounds."""
     documents = node_documents(nodes)
-    bodies = {
-        name: request_body(
-            documents, full_nodes=False, hugepages=case.hugepages, namespace=case.namespace, pod_name=case.pod_name
-        )
-        for name, case in CASES.items()
-    }
-    both_bodies = {
-        name: request_body(
-            documents,
-            full_nodes=False,
-            hugepages=case.hugepages,
-            namespace=case.namespace,
-            pod_name=case.pod_name,
-            one_gib=BOTH_SIZES,
-        )
-        for name, case in CASES.items()
-    }
+    bodies, both_bodies = case_bodies(documents), case_bodies(documents, one_gib=BOTH_SIZES)
     rows: list[dict[str, Any]] = []
     for share in shares:
         shape = ["--nodes", str(nodes), "--full-percent", str(share), "--one-gib-pool", ONE_GIB_POOL]

@@ -26,8 +26,8 @@ from typing import Any
 
 import msgspec
 
-from benchmarks.cluster import node_documents, request_body
-from benchmarks.full_cluster import BOTH_SIZES, CASES, ONE_GIB_POOL, RESOURCE_NAMES, Times, _measure
+from benchmarks.cluster import node_documents
+from benchmarks.full_cluster import BOTH_SIZES, CASES, ONE_GIB_POOL, RESOURCE_NAMES, Times, _measure, case_bodies
 from benchmarks.http_decision import REPO_ROOT, server_process
 
 COLUMNS = [
@@ -73,20 +73,7 @@ def run(
 ) -> list[dict[str, Any]]:
     """One row per share, case and server shape (``SERVERS``): this checkout over ``rev``."""
     documents = node_documents(nodes)
-    bodies = {
-        kind: {
-            name: request_body(
-                documents,
-                full_nodes=False,
-                hugepages=case.hugepages,
-                namespace=case.namespace,
-                pod_name=case.pod_name,
-                **({"one_gib": BOTH_SIZES} if kind == "both" else {}),
-            )
-            for name, case in CASES.items()
-        }
-        for kind in ("one", "both")
-    }
+    bodies = {"one": case_bodies(documents), "both": case_bodies(documents, one_gib=BOTH_SIZES)}
     rows: list[dict[str, Any]] = []
     with checkout(rev) as previous:
         for share in shares:
