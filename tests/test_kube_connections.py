@@ -8,6 +8,7 @@ each). Here a keep-alive HTTP server counts the connections that binds, lifts an
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -28,7 +29,7 @@ class _Counting(ThreadingHTTPServer):
     connections = 0
     requests: list[str]
 
-    def process_request(self, request, client_address):  # type: ignore[no-untyped-def]  # typeshed: Any
+    def process_request(self, request: Any, client_address: Any) -> None:
         self.connections += 1
         super().process_request(request, client_address)
 
