@@ -210,6 +210,8 @@ async def _serve_apps(
         probe_host = args.host if args.probe_host is None else args.probe_host
         apps.append((create_probe_app(extender), probe_host, args.probe_port, None))
     background: list[Callable[[], Coroutine[Any, Any, None]]] = [extender.release_timer]
+    if extender.gated is not None:
+        background.append(extender.lift_timer)
     if tls is not None:
         reloader = CertificateReloader(tls, args.tls_cert_file, args.tls_key_file, args.client_ca_file)
         background.append(lambda: reloader.watch(args.tls_reload_seconds))

@@ -1,5 +1,6 @@
 """Pods behind the extender's scheduling gate: which are lifted, in which order, and what each lift holds."""
 
+import asyncio
 import time
 from typing import Any
 
@@ -156,6 +157,26 @@ def test_a_round_is_bounded_and_the_next_tick_goes_on() -> None:
     assert len(lifts.sent) == LIFTS_PER_ROUND
     tick(extender)
     assert lifts.sent == [f"p{i:02}" for i in range(LIFTS_PER_ROUND + 8)]
+
+
+async def test_the_lift_timer_takes_arrivals_and_the_rest_of_a_round_without_the_release_timer() -> None:
+    state = make_state(CONFIG, [make_node(f"n{i}", hugepages="1Gi") for i in range(64)])
+    extender, informer, lifts = watched(state)
+    task = asyncio.create_task(extender.lift_timer(tick_seconds=0.01))
+    try:
+        async with asyncio.timeout(5):
+            show(informer, gated("first"))
+            while lifts.sent != ["first"]:
+                await asyncio.sleep(0.01)
+            # More than a round's bound: the rest goes on at the lift timer's next tick.
+            more = range(LIFTS_PER_ROUND + 8)
+            show(informer, *(gated(f"p{i:02}", created=f"2026-12-02T10:01:{i:02}Z") for i in more))
+            while len(lifts.sent) < 1 + LIFTS_PER_ROUND + 8:
+                await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+    assert lifts.sent == ["first", *(f"p{i:02}" for i in range(LIFTS_PER_ROUND + 8))]
+    assert not extender.gated or not extender.gated.arrived
 
 
 def test_pods_behind_the_gate_count_as_waiting_from_when_the_watch_showed_them() -> None:

@@ -1,5 +1,5 @@
-"""Which gated pods to lift now (``extender.core.gates``): a round, run on the server's timer when room
-freed or pods came behind the gate.
+"""Which gated pods to lift now (``extender.core.gates``): a round, run on the server's timers when room
+freed (the release timer) or pods came behind the gate (the lift timer).
 
 Each pod, in the queue's order, is lifted when its own filter would admit it on some node it may use
 (``ExtenderVerbs.lift``, which holds its need there); a pod no node would hold leaves the others of its
@@ -16,13 +16,13 @@ from extender.core.gates import GatedPod, GatedPods
 from extender.state.verbs import ExtenderVerbs
 
 LIFTS_PER_ROUND = 32
-ROUND_SECONDS = 0.02  # a round's share of the event loop; rounds run every timer tick (0.25 s) while needed
+ROUND_SECONDS = 0.02  # a round's share of the event loop; rounds run every lift tick (0.1 s) while needed
 
 
 @dataclass(frozen=True, slots=True)
 class Round:
     lifted: list[tuple[GatedPod, str]]  # each pod lifted, with the node its need is held on ("" for none)
-    unfinished: bool  # a bound ended the round: the next tick runs another
+    unfinished: bool  # a bound ended the round: the next lift tick runs another
 
 
 def lift_round(

@@ -24,6 +24,7 @@ from urllib3.exceptions import HTTPError as TransportError
 from extender.core.binding import BindError, BindingArgs
 from extender.core.objects import Pod
 from extender.core.quantity import quote
+from extender.shell.kube.client import release
 
 log = logging.getLogger("extender.shell.kube.binder")
 
@@ -51,7 +52,7 @@ class ApiBinder:
             "target": {"apiVersion": "v1", "kind": "Node", "name": args.node},
         }
         try:
-            self._core.create_namespaced_pod_binding(
+            response = self._core.create_namespaced_pod_binding(
                 args.pod_name,
                 args.pod_namespace,
                 cast(Any, body),
@@ -66,6 +67,7 @@ class ApiBinder:
         except (OSError, TransportError) as error:  # urllib3's timeouts and connection errors are not OSErrors
             # The request may have reached the API server before the connection broke: unknown.
             raise BindError(f"binding {_pod(args)}: {quote(str(error), 300)}", known=False) from None
+        release(response)
 
     def _bound_to(self, args: BindingArgs) -> str | None:
         try:

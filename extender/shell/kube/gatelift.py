@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
 from extender.core.gates import GATE, GatedPod
+from extender.shell.kube.client import release
 from extender.shell.metrics import Metrics
 
 log = logging.getLogger("extender.shell.kube.gatelift")
@@ -44,7 +45,7 @@ class GateWriter:
         path = f"/spec/schedulingGates/{pod.gate_index}"
         body = [{"op": "test", "path": f"{path}/name", "value": GATE}, {"op": "remove", "path": path}]
         try:
-            self._core.patch_namespaced_pod(
+            response = self._core.patch_namespaced_pod(
                 pod.name,
                 pod.namespace,
                 cast(Any, body),
@@ -57,4 +58,5 @@ class GateWriter:
             why = f"{error.status} {error.reason}" if isinstance(error, ApiException) else str(error)[:200]
             log.warning("could not lift the scheduling gate of pod %s/%s: %s", pod.namespace, pod.name, why)
             return
+        release(response)
         self._metrics.child(self._metrics.api_writes, "gate", "written").inc()

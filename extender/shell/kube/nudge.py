@@ -23,6 +23,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
+from extender.shell.kube.client import release
+
 log = logging.getLogger("extender.shell.kube.nudge")
 
 NUDGE_ANNOTATION = "hugepage-extender.io/room-freed-at"
@@ -51,13 +53,14 @@ class PodNudger:
         stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         body = {"metadata": {"annotations": {NUDGE_ANNOTATION: stamp}}}
         try:
-            self._core.patch_namespaced_pod(
+            response = self._core.patch_namespaced_pod(
                 self.name, self.namespace, cast(Any, body), _request_timeout=self._timeout, _preload_content=False
             )
         except ApiException as error:
             return self._failed(f"{error.status} {error.reason}")
         except (OSError, TransportError) as error:  # urllib3's timeouts and connection errors are not OSErrors
             return self._failed(" ".join(str(error).split())[:200])
+        release(response)
         if self._failing:
             log.info("nudging pod %s/%s works again", self.namespace, self.name)
             self._failing = False
