@@ -17,7 +17,7 @@ freed lifts one pod, not the whole backlog. Without the extender no gate is lift
 closed. The filter is still the decision: a lifted pod is placed only where the filter admits it.
 
 Memory: one entry per gated pod the watch shows (its names, the gate's index, priority, need and
-reach); time is passed in, never read here.
+reach, and whether its WaitingForRoom Event was posted); time is passed in, never read here.
 """
 
 from __future__ import annotations
