@@ -374,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--events",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="post an Event on pods no node can take (live cluster only)",
+        help="post an Event on pods no node can take, and on gated pods no node has room for (live cluster only)",
     )
     _live_cluster_arguments(serve)
     serve.set_defaults(run=_serve)

@@ -190,3 +190,72 @@ def test_pods_behind_the_gate_count_as_waiting_from_when_the_watch_showed_them()
     assert 0 <= waiting.oldest_seconds < 5
     informer._pod_deleted(informer._pod_record(gated("big", "2Gi")))
     assert extender.waiting_summary().count == 1
+
+
+class RecordedNotices:
+    """The WaitingForRoom Events the extender would post, with a budget of ``allowed`` (``PodEvents``
+    posts them for real, within ``writes.PER_MINUTE["event"]``: e2e/cluster/test_gates.py)."""
+
+    def __init__(self, allowed: int = 1_000) -> None:
+        self.told: list[str] = []
+        self.allowed = allowed
+
+    def no_fit(self, pod: Any, decision: Any, needs: Any) -> None:
+        raise AssertionError("a gated pod is never filtered")
+
+    def waiting_for_room(self, pod: GatedPod) -> bool:
+        if len(self.told) >= self.allowed:
+            return False
+        self.told.append(pod.name)
+        return True
+
+
+def noticed(state: ClusterState, notices: RecordedNotices) -> tuple[Extender, ClusterInformer, RecordedLifts]:
+    extender, informer, lifts = watched(state)
+    extender.events = notices
+    return extender, informer, lifts
+
+
+def test_a_pod_no_node_has_room_for_is_told_why_once_while_it_waits() -> None:
+    state = make_state(CONFIG, [make_node("a", hugepages="1Gi")])
+    notices = RecordedNotices()
+    extender, informer, lifts = noticed(state, notices)
+    show(informer, gated("fits", "1Gi", created="2026-12-02T09:00:00Z"), gated("waits", "1Gi"), gated("too", "2Gi"))
+    tick(extender)
+    assert lifts.sent == ["fits"]
+    assert sorted(notices.told) == ["too", "waits"]  # the lifted pod is told nothing
+    # More pods behind the gate, room freed and taken again: rounds run, no pod is told twice.
+    show(informer, gated("later", "1Gi"))
+    tick(extender)
+    informer._pod_deleted(informer._pod_record(gated("fits", "1Gi")))
+    state.release("uid-fits")
+    tick(extender)
+    assert lifts.sent == ["fits", "waits"]
+    assert sorted(notices.told) == ["later", "too", "waits"]
+    for _ in range(3):
+        tick(extender)
+    assert sorted(notices.told) == ["later", "too", "waits"]
+
+
+def test_waiting_events_past_the_budget_wait_for_it_and_those_lifted_first_are_dropped() -> None:
+    state = make_state(CONFIG, [make_node("a", hugepages="1Gi", reserved="1Gi")])  # every page held outside pods
+    notices = RecordedNotices(allowed=2)
+    extender, informer, lifts = noticed(state, notices)
+    show(informer, *(gated(f"p{i}", "256Mi", created=f"2026-12-02T10:00:0{i}Z") for i in range(4)))
+    tick(extender)
+    assert lifts.sent == []
+    assert notices.told == ["p0", "p1"]  # in the queue's order, as many as the budget allows
+    tick(extender)
+    assert notices.told == ["p0", "p1"]
+    notices.allowed = 3  # the budget's minute turns: the next in line is told, on the timer
+    tick(extender)
+    assert notices.told == ["p0", "p1", "p2"]
+    # 1 GiB frees: all four are lifted, p3 before it could be told: dropped, counted, never told.
+    state.apply_node(make_node("a", hugepages="1Gi", reserved="0"))
+    tick(extender)
+    assert lifts.sent == ["p0", "p1", "p2", "p3"]
+    notices.allowed = 10
+    tick(extender)
+    assert notices.told == ["p0", "p1", "p2"]
+    dropped = extender.metrics.child(extender.metrics.api_writes, "event", "dropped")
+    assert dropped._value.get() == 1

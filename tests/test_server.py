@@ -332,6 +332,10 @@ class RecordedEvents:
     def no_fit(self, pod: Any, decision: Any, needs: Any) -> None:
         self.posted.append((f"{pod.metadata.namespace}/{pod.metadata.name}", decision.outcome.value))
 
+    def waiting_for_room(self, pod: Any) -> bool:
+        self.posted.append((pod.owner, "waiting_for_room"))
+        return True
+
 
 async def test_a_pod_filtered_before_the_watch_showed_it_gets_its_event_once_shown(
     aiohttp_client: ClientFactory, state: ClusterState

@@ -8,10 +8,13 @@ import asyncio
 from prometheus_client import generate_latest
 
 from extender.core.answer import FilterDecision, Outcome
+from extender.core.gates import GATE, GatedPod
 from extender.core.nudge import NudgePacer
 from extender.core.objects import ObjectMeta, Pod
+from extender.core.podrequest import PodDemand
+from extender.core.reach import UNCONSTRAINED
 from extender.core.writes import KINDS, PER_MINUTE, RESULTS, WINDOW_SECONDS, WriteBudget
-from extender.shell.kube.events import PodEvents
+from extender.shell.kube.events import REASON_WAITING_FOR_ROOM, PodEvents, waiting_message
 from extender.shell.metrics import Metrics
 from tests.test_kube_transport_errors import _unreachable_api
 
@@ -22,6 +25,10 @@ def test_a_budget_allows_at_most_its_writes_in_any_minute() -> None:
     assert allowed == [0.0, 1.0, 2.0, 60.0, 61.0, 62.0, 120.0]
     for start in allowed:  # any window of a minute holds at most 3
         assert sum(1 for t in allowed if start <= t < start + WINDOW_SECONDS) <= 3
+
+
+FILTERED = FilterDecision(passed=[], outcome=Outcome.NO_HUGEPAGE_CAPACITY)
+NEEDS = {"hugepages-2Mi": 2 << 20}
 
 
 def counted(metrics: Metrics, kind: str, result: str) -> float:
@@ -52,6 +59,39 @@ async def test_events_for_ten_thousand_waiting_pods_are_bounded_per_minute() -> 
     assert counted(metrics, "event", "failed") == 2 * PER_MINUTE["event"]
     assert counted(metrics, "event", "dropped") == 2 * (10_000 - PER_MINUTE["event"])
     assert counted(metrics, "event", "written") == 0
+
+
+async def test_waiting_events_of_ten_thousand_gated_pods_share_the_budget_per_minute() -> None:
+    """10,000 pods behind the gate, each due its WaitingForRoom Event, and a pod turned away by the filter:
+    PER_MINUTE["event"] across them all; a pod refused is not counted dropped (the caller keeps it for later)."""
+    metrics = Metrics()
+    now = [0.0]
+    events = PodEvents(_unreachable_api(), metrics, instance="test", clock=lambda: now[0])
+    demand = PodDemand({"hugepages-2Mi": 512 << 20}, 0)
+    pods = [GatedPod(f"uid-{i}", "ns", f"p{i}", 0, 0, "", demand, UNCONSTRAINED, b"") for i in range(10_000)]
+    try:
+        events.no_fit(Pod(metadata=ObjectMeta(name="f", namespace="ns", uid="uid-f")), FILTERED, NEEDS)
+        posted = [pod.name for pod in pods if events.waiting_for_room(pod)]
+        assert len(posted) == PER_MINUTE["event"] - 1
+        now[0] = 61.0
+        assert sum(1 for pod in pods if events.waiting_for_room(pod)) == PER_MINUTE["event"]
+        for _ in range(200):  # the posts run in the events' thread pool
+            if counted(metrics, "event", "failed") >= 2 * PER_MINUTE["event"]:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        events.close()
+    assert counted(metrics, "event", "failed") == 2 * PER_MINUTE["event"]
+    assert counted(metrics, "event", "dropped") == 0
+    body = events._event(Pod(metadata=ObjectMeta(name="p0", namespace="ns", uid="uid-0")), REASON_WAITING_FOR_ROOM, "m")
+    assert (body["reason"], body["involvedObject"]["uid"]) == ("WaitingForRoom", "uid-0")
+
+
+def test_a_waiting_event_says_the_size_the_amount_and_the_gate() -> None:
+    message = waiting_message({"hugepages-2Mi": 512 << 20, "hugepages-1Gi": 2 << 30})
+    assert "512Mi of hugepages-2Mi and 2Gi of hugepages-1Gi" in message
+    assert GATE in message
+    assert "no node this pod may use" in message
 
 
 def test_nudges_are_at_most_one_a_second_whatever_waits() -> None:

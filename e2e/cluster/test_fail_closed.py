@@ -145,6 +145,9 @@ def test_the_extender_unreachable_enforce_pods_wait_and_shadow_and_off_pods_are_
         f"config.namespaces.{switched_off}.mode=off",
         # Even listed as enforcing, the extender's own namespace gets no marker (no deadlock).
         f"config.namespaces.{release_namespace}.mode=enforce",
+        # The enforce entry's own fail-closed answer, which gated pods never reach (they wait
+        # behind the gate no extender lifts: test_gates.py).
+        "gates.enabled=false",
     ]
     documents = helm_template(control_plane, unique("hx"), release_namespace, *settings)
     policies = one(documents, "MutatingAdmissionPolicy") + one(documents, "MutatingAdmissionPolicyBinding")
@@ -319,6 +322,7 @@ def test_the_default_render_marks_only_pods_its_scheduler_serves_and_no_tenant_o
         f"config.namespaces.{vms}.mode=enforce",
         f"config.namespaces.{vms}.needFromMemory=true",
         f"config.namespaces.{vms}.needFromMemoryRuntimeClass={vm_runtime}",
+        "gates.enabled=false",  # the markers and the enforce entry's answer (the gate: test_gates.py)
     )
     policies = one(documents, "MutatingAdmissionPolicy") + one(documents, "MutatingAdmissionPolicyBinding")
     assert len(policies) == 2

@@ -13,15 +13,22 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from e2e.cluster.placement_support import Cell, assert_stays_pending, metric_value, reserve_pages
+from e2e.cluster.placement_support import (
+    Cell,
+    assert_stays_pending,
+    metric_value,
+    reserve_pages,
+    wait_for_event,
+)
 from e2e.cluster.test_fail_closed import applied, helm_template, unique
 from e2e.cluster.test_node_agent import token_client
-from e2e.controlplane import ControlPlane, pod_manifest, wait_until
+from e2e.controlplane import ControlPlane, pod_events, pod_manifest, wait_until
 from extender.core.config import DEFAULT_RESOURCE, build_config
 from extender.core.gates import GATE, GatedPod
 from extender.core.podrequest import PodDemand
 from extender.core.reach import UNCONSTRAINED
 from extender.shell.diagnose import live_explanation
+from extender.shell.kube.events import REASON_WAITING_FOR_ROOM
 from extender.shell.kube.gatelift import GateWriter
 from extender.shell.metrics import Metrics
 
@@ -79,6 +86,42 @@ def test_gated_pods_wait_outside_the_queue_and_are_lifted_as_room_frees(cell: Ce
     assert written == 3  # first, theirs, second: each pod's gate once
     # The two pods placed were each filtered once: the scheduler never cycled the ones still gated.
     assert filter_calls(extender) <= 2
+
+
+def test_a_gated_pod_without_room_is_told_why_once_and_placed_when_room_frees(cell: Cell) -> None:
+    """The scheduler never tries a gated pod, so no FailedScheduling event says why it is Pending: the
+    extender posts one WaitingForRoom Event (the size, the amount, the gate), not again while it waits,
+    and lifts the gate when room frees; the pod is bound."""
+    node = cell.node("pool", hugepages="1026Mi", reserved="1026Mi")  # every page held outside pods: no room
+    extender = cell.extender({"namespaces": {cell.namespace: {"mode": "enforce"}}})
+    scheduler = cell.scheduler(extender)
+    cell.pod("vm", scheduler, hugepages_2mi="512Mi", scheduling_gates=[GATE])
+    told = wait_for_event(cell.core, cell.namespace, "vm", REASON_WAITING_FOR_ROOM, timeout=WITHIN)
+    assert "512Mi of hugepages-2Mi" in told
+    assert GATE in told
+    # Another pod behind the gate runs another round: "vm" is not told again, "big" is told once.
+    cell.pod("big", scheduler, hugepages_2mi="1Gi", scheduling_gates=[GATE])
+    wait_for_event(cell.core, cell.namespace, "big", REASON_WAITING_FOR_ROOM, contains="1Gi of", timeout=WITHIN)
+    assert_stays_pending(cell.core, cell.namespace, ["vm", "big"], 3.0)
+
+    def waiting_events(name: str) -> list[str]:
+        return [e for e in pod_events(cell.core, cell.namespace, name) if e.startswith(f"{REASON_WAITING_FOR_ROOM}:")]
+
+    assert waiting_events("vm") == [told]
+    reserve_pages(cell.core, node, "512Mi")  # 514Mi free: room for "vm", not for "big"
+    assert cell.plane.wait_for_pod_bound(cell.namespace, "vm", timeout=WITHIN) == node
+    assert waiting_events("vm") == [told]
+    assert not [e for e in pod_events(cell.core, cell.namespace, "vm") if e.startswith("FailedScheduling:")]
+    assert gates_of(cell, "big") == [GATE]
+    assert len(waiting_events("big")) == 1
+    events_written = {"kind": "event", "result": "written"}
+    # One per gated pod that waited (counted once the API server answered: a moment after the Event shows).
+    wait_until(
+        "both Events counted",
+        lambda: metric_value(extender, "hugepage_extender_api_writes_total", events_written) == 2,
+        timeout=10,
+    )
+    assert metric_value(extender, "hugepage_extender_events_total", {"reason": REASON_WAITING_FOR_ROOM}) == 2
 
 
 def test_the_chart_gates_enforced_pods_only_and_its_extender_may_lift_that_gate_and_nothing_else(

@@ -59,8 +59,8 @@ def place(node: str) -> list[str]:
 
 def wait_for_room(node: str) -> str:
     """A VM asking for the node's whole pool as its memory, beside the VM and DPDK: kube-scheduler
-    sees no hugepage request, the extender counts the memory (needFromMemory) and it waits; the
-    scheduler's FailedScheduling message."""
+    sees no hugepage request, the extender counts the memory (needFromMemory) and it waits, behind the
+    extender's scheduling gate (the chart's default); why it waits (its WaitingForRoom message)."""
     kubectl("apply", "-f", "-", stdin=json.dumps(RUNTIME_CLASS_OBJECT))
     pod = {
         "apiVersion": "v1",

@@ -40,6 +40,7 @@ import pytest
 
 from e2e.controlplane import wait_until
 from extender.core.quantity import to_units
+from extender.shell.kube.events import REASON_WAITING_FOR_ROOM
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "hugepage-extender"
@@ -63,7 +64,16 @@ INSUFFICIENT = f"Insufficient {RESOURCE} (pool in use or held by placements in f
 # The extender's reasons for a node without room for the pod: its pods and
 # placements in flight use the pool, or (where pages held outside pods are
 # committed, as with the node agent) what they leave of the pool is too small.
-NO_ROOM = (INSUFFICIENT, f"Pod's {RESOURCE} request exceeds what pages held outside pods leave of the pool")
+# A pod of an enforcing namespace waits behind the extender's scheduling gate (gates.enabled, the chart's
+# default and values.yaml's): the scheduler never tries it, and the extender's WaitingForRoom Event says it
+# (extender/shell/kube/events.py, waiting_message).
+NO_ROOM = (
+    INSUFFICIENT,
+    f"Pod's {RESOURCE} request exceeds what pages held outside pods leave of the pool",
+    "no node this pod may use",
+)
+# The events that say why a pod is Pending: the scheduler's, or the extender's for a pod behind its gate.
+WAITING_REASONS = ("FailedScheduling", REASON_WAITING_FOR_ROOM)
 # Node and pod changes reach the extender through its watch; a few seconds is
 # far more than the watch needs and keeps the scenarios deterministic.
 WATCH_SETTLE_SECONDS = 5.0
@@ -229,15 +239,16 @@ def node_of(namespace: str, name: str, timeout: float = 90.0) -> str:
 
 
 def failed_scheduling(namespace: str, name: str) -> str:
-    """The scheduler's FailedScheduling message for the pod, once there is one."""
+    """Why the pod is Pending, once an event says it: the scheduler's FailedScheduling message or, for a
+    pod behind the extender's scheduling gate (never tried by the scheduler), the extender's WaitingForRoom."""
 
     def message() -> str:
-        events = get_json(
-            "events", "-n", namespace, "--field-selector", f"involvedObject.name={name},reason=FailedScheduling"
-        )["items"]
-        return "\n".join(e.get("message", "") for e in events)
+        events = get_json("events", "-n", namespace, "--field-selector", f"involvedObject.name={name}")["items"]
+        return "\n".join(e.get("message", "") for e in events if e.get("reason") in WAITING_REASONS)
 
-    text: str = wait_until(f"a FailedScheduling event for {namespace}/{name}", message, timeout=90, interval=1.0)
+    text: str = wait_until(
+        f"a FailedScheduling or WaitingForRoom event for {namespace}/{name}", message, timeout=90, interval=1.0
+    )
     return text
 
 
@@ -541,7 +552,8 @@ def is_ready(pod: dict[str, Any]) -> bool:
 
 
 def scheduling_messages(namespace: str) -> dict[str, str]:
-    events = get_json("events", "-n", namespace, "--field-selector", "reason=FailedScheduling")["items"]
+    """Why each Pending pod of the namespace waits, by name: FailedScheduling or WaitingForRoom messages."""
+    events = [e for e in get_json("events", "-n", namespace)["items"] if e.get("reason") in WAITING_REASONS]
     messages: dict[str, str] = {}
     for event in events:
         name = event["involvedObject"]["name"]
@@ -551,7 +563,7 @@ def scheduling_messages(namespace: str) -> dict[str, str]:
 
 def settled(namespace: str, names: list[str]) -> dict[str, dict[str, Any]] | None:
     """The pods, once each is bound and ready, bound and failed, or unbound with a
-    FailedScheduling event; None before."""
+    FailedScheduling or WaitingForRoom event; None before."""
     pods = {p["metadata"]["name"]: p for p in get_json("pods", "-n", namespace)["items"]}
     messages = scheduling_messages(namespace)
     for name in names:

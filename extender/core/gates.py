@@ -17,7 +17,7 @@ freed lifts one pod, not the whole backlog. Without the extender no gate is lift
 closed. The filter is still the decision: a lifted pod is placed only where the filter admits it.
 
 Memory: one entry per gated pod the watch shows (its names, the gate's index, priority, need and
-reach); time is passed in, never read here.
+reach, and whether its WaitingForRoom Event was posted); time is passed in, never read here.
 """
 
 from __future__ import annotations
@@ -86,6 +86,11 @@ class GatedPods:
         self._arrivals = 0
         self._sent: dict[str, float] = {}  # uid -> when its lift was sent
         self.arrived = False  # a pod came behind the gate since the last round
+        # Its WaitingForRoom Event: once per pod while it waits behind the gate. Found with no room, a pod
+        # queues (first found, first told) until the Events' budget lets it be told; told, it never is again.
+        self._untold: dict[str, None] = {}
+        self._told: set[str] = set()
+        self.untold_gone = 0  # pods that left the gate, or were lifted, before they could be told
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -99,6 +104,8 @@ class GatedPods:
             self._pods.pop(uid, None)
             self._sent.pop(uid, None)
             self._since.pop(uid, None)
+            self._told.discard(uid)
+            self._forget_untold(uid)
             return
         known = self._pods.get(uid)
         if known is None:
@@ -119,6 +126,9 @@ class GatedPods:
             self._pods[pod.uid] = (entry[0] if entry else self._arrivals, pod)
         self._sent = {uid: at for uid, at in self._sent.items() if uid in self._pods}
         self._since = {uid: at for uid, at in self._since.items() if uid in self._pods}
+        self._told &= self._pods.keys()
+        for uid in [uid for uid in self._untold if uid not in self._pods]:
+            self._forget_untold(uid)
 
     def summary(self, now: float) -> Waiting:
         """The pods behind the gate, and how long the first of them has waited: pods Pending for hugepages."""
@@ -138,3 +148,25 @@ class GatedPods:
 
     def sent(self, uid: str, now: float) -> None:
         self._sent[uid] = now
+        self._forget_untold(uid)  # lifted: it no longer waits for room
+
+    def no_room(self, pods: Iterable[GatedPod]) -> None:
+        """Pods a round found no node they may use has room for: each not told yet queues for its Event."""
+        for pod in pods:
+            if pod.uid not in self._told:
+                self._untold.setdefault(pod.uid, None)
+
+    def next_untold(self) -> GatedPod | None:
+        """The first pod found with no room and not told yet (still behind the gate, not lifted). O(1)."""
+        uid = next(iter(self._untold), None)
+        return None if uid is None else self._pods[uid][1]
+
+    def told(self, uid: str) -> None:
+        """Its Event posted: not again while it stays behind the gate."""
+        self._untold.pop(uid, None)
+        self._told.add(uid)
+
+    def _forget_untold(self, uid: str) -> None:
+        if uid in self._untold:  # queued: its Event will never be posted
+            del self._untold[uid]
+            self.untold_gone += 1

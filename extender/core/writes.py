@@ -1,13 +1,16 @@
 """The extender's own API writes about waiting pods, bounded per minute whatever the backlog.
 
 Three kinds reach the API server because pods wait: an Event on a pod no node could take (at most one
-per pod and reason a minute, ``kube/events.py``), a nudge (one annotation of the extender's own pod,
-paced to one a second by ``nudge.NudgePacer``, whatever the number of pods waiting) and a gate lifted
-(one patch per gated pod once in its life, when a node it may use has room: ``gatelift.py``). Per pod is not a
-bound when thousands of pods wait: 10,000 waiting pods would be 10,000 Events a minute. So each kind
-also has a budget across every pod, ``PER_MINUTE``: at most that many writes in any 60 seconds; a
-write past it is dropped (and counted, ``hugepage_extender_api_writes_total{kind, result="dropped"}``).
-An Event dropped is one the pod's FailedScheduling event from the scheduler already stands for; a nudge
+per pod and reason a minute, ``kube/events.py``) or on a pod behind the scheduling gate that no node it
+may use has room for (WaitingForRoom: once while it waits, ``gates.GatedPods``), a nudge (one annotation
+of the extender's own pod, paced to one a second by ``nudge.NudgePacer``, whatever the number of pods
+waiting) and a gate lifted (one patch per gated pod once in its life, when a node it may use has room:
+``gatelift.py``). Per pod is not a bound when thousands of pods wait: 10,000 waiting pods would be 10,000
+Events a minute. So each kind also has a budget across every pod, ``PER_MINUTE``: at most that many writes
+in any 60 seconds; a write past it is dropped (and counted, ``hugepage_extender_api_writes_total{kind,
+result="dropped"}``). An Event dropped is one the pod's FailedScheduling event from the scheduler already
+stands for; a gated pod has none, so its WaitingForRoom Event waits for the budget instead (dropped only if
+the pod is lifted or gone first: 10,000 gated pods are all told within three hours, 60 a minute). A nudge
 never reaches the budget (the pacer allows 60 a minute), which bounds it all the same.
 Time is passed in, never read here.
 """

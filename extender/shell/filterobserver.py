@@ -11,6 +11,7 @@ from typing import Protocol
 
 from extender.core.answer import FilterDecision, Outcome
 from extender.core.config import Config
+from extender.core.gates import GatedPod
 from extender.core.objects import ObjectMeta, Pod
 from extender.core.policy import Mode
 from extender.core.quantity import quote
@@ -35,6 +36,10 @@ Needs = Mapping[str, int]  # the bytes of each size the pod asks, by resource na
 
 class EventRecorder(Protocol):
     def no_fit(self, pod: Pod, decision: FilterDecision, needs: Needs) -> None: ...
+
+    def waiting_for_room(self, pod: GatedPod) -> bool:
+        """Whether the gated pod's WaitingForRoom Event is posted (False: not now, the budget is spent)."""
+        ...
 
 
 class FilterObserver:

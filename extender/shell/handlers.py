@@ -351,12 +351,16 @@ class Extender:
         return self.pacer.due(now, waiting=self.waiting.any_of(lambda uid: self.state.owner_of(uid) is not None))
 
     def _lift_gates(self, now: float, freed: bool) -> None:
-        """A round of lifts (``extender.state.gatelift``) when room freed or pods came behind the gate."""
+        """A round of lifts (``extender.state.gatelift``) when room freed or pods came behind the gate;
+        then the Events of the pods found waiting."""
         gated, lifter = self.gated, self.lifter
         if gated is None or lifter is None or not self._lifts_now(gated):
             return
-        if not (freed or gated.arrived) or not len(gated):
-            return
+        if (freed or gated.arrived) and len(gated):
+            self._lift_round(gated, lifter, now)
+        self._tell_waiting(gated)
+
+    def _lift_round(self, gated: GatedPods, lifter: Lifter, now: float) -> None:
         gated.arrived = False
         m = self.metrics
 
@@ -370,6 +374,22 @@ class Extender:
         for pod, _node in done.lifted:
             lifter.lift(pod)
         gated.arrived = done.unfinished
+        if self.events is not None:
+            gated.no_room(done.no_room)
+
+    def _tell_waiting(self, gated: GatedPods) -> None:
+        """One WaitingForRoom Event per pod a round found without room (a gated pod has no FailedScheduling
+        event to say why it is Pending), within the Events' budget across every pod (``core/writes.py``):
+        those it leaves are told on a later tick; those lifted or gone first are counted dropped."""
+        m = self.metrics
+        if gated.untold_gone:
+            m.child(m.api_writes, "event", "dropped").inc(gated.untold_gone)
+            gated.untold_gone = 0
+        events = self.events
+        if events is None:
+            return
+        while (pod := gated.next_untold()) is not None and events.waiting_for_room(pod):
+            gated.told(pod.uid)
 
     def _lifts_now(self, gated: GatedPods) -> bool:
         """Whether this replica lifts now; on becoming the lifter it runs a round at once (room freed

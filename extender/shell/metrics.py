@@ -214,7 +214,10 @@ class Metrics:
             registry=r,
         )
         self.events = Counter(
-            "hugepage_extender_events", "Events posted on pods no node could take, by reason.", ["reason"], registry=r
+            "hugepage_extender_events",
+            "Events posted on pods no node could take, and on gated pods no node has room for, by reason.",
+            ["reason"],
+            registry=r,
         )
         self.api_writes = Counter(
             "hugepage_extender_api_writes",

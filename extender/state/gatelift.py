@@ -23,6 +23,7 @@ ROUND_SECONDS = 0.02  # a round's share of the event loop; rounds run every lift
 class Round:
     lifted: list[tuple[GatedPod, str]]  # each pod lifted, with the node its need is held on ("" for none)
     unfinished: bool  # a bound ended the round: the next lift tick runs another
+    no_room: list[GatedPod]  # pods no node they may use would hold now (their WaitingForRoom Event's)
 
 
 def lift_round(
@@ -38,12 +39,14 @@ def lift_round(
     blocked: set[bytes] = set()
     usable_of: dict[bytes, list[str]] = {}
     lifted: list[tuple[GatedPod, str]] = []
+    no_room: list[GatedPod] = []
     started = clock()
     for pod in gated.in_order(now):
         if pod.kind in blocked:
+            no_room.append(pod)
             continue
         if len(lifted) >= LIFTS_PER_ROUND or clock() - started > ROUND_SECONDS:
-            return Round(lifted, unfinished=True)
+            return Round(lifted, True, no_room)
         usable = usable_of.get(pod.kind)
         if usable is None:
             reach = pod.reach
@@ -55,10 +58,11 @@ def lift_round(
         node_name = verbs.lift(pod, usable)
         if node_name is None:
             blocked.add(pod.kind)
+            no_room.append(pod)
             continue
         if not may_write():  # past the writes' budget: its hold goes, the next round tries again
             state.release(pod.uid)
-            return Round(lifted, unfinished=True)
+            return Round(lifted, True, no_room)
         gated.sent(pod.uid, now)
         lifted.append((pod, node_name))
-    return Round(lifted, unfinished=False)
+    return Round(lifted, False, no_room)

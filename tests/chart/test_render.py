@@ -12,6 +12,7 @@ import base64
 import itertools
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -453,6 +454,38 @@ def test_gates_are_the_extenders_gate_added_with_gates_on_and_lifted_either_way(
     assert not any("lift-gates" in arg for arg in args)
     assert any(f"schedulingGates{{name: '{GATE}'}}" in expression for expression in added) is on
     assert any("variables.gateLifted" in expression for expression in checks)
+
+
+def adds_the_gate(rendered: Rendered) -> bool:
+    """Whether the marker policy gives the pods it routes to the enforce entry the extender's gate."""
+    mutations = [m for d in rendered.all("MutatingAdmissionPolicy") for m in d["spec"]["mutations"]]
+    return any(
+        f"schedulingGates{{name: '{GATE}'}}" in m["applyConfiguration"]["expression"]
+        for m in mutations
+        if m["patchType"] == "ApplyConfiguration"
+    )
+
+
+def test_the_default_install_gates_the_pods_of_enforcing_namespaces(helm: Helm) -> None:
+    """gates.enabled is on by default (decision 0007); ci/gates-off-values.yaml is the explicit way back."""
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["gates"]["enabled"] is True
+    assert adds_the_gate(helm.template())
+    assert adds_the_gate(helm.template(set_values={"config.namespaces.payments.mode": "enforce"}))
+    assert not adds_the_gate(helm.template(values=[CI["gates-off"]]))
+
+
+def test_an_upgrade_reusing_the_values_of_a_release_made_before_gates_renders_the_gate(
+    helm: Helm, tmp_path: Path
+) -> None:
+    """`helm upgrade --reuse-values` renders with the defaults of the release's own chart, not this one's
+    (Helm 3, pkg/action/upgrade.go reuseValues: ``chart.Values = oldVals``): a release made by a chart
+    without the ``gates`` key has none. Its marker policy still renders, with the gate (the default)."""
+    chart = tmp_path / "hugepage-extender"
+    shutil.copytree(CHART, chart)
+    defaults = yaml.safe_load((chart / "values.yaml").read_text())
+    del defaults["gates"]
+    (chart / "values.yaml").write_text(yaml.safe_dump(defaults))
+    assert adds_the_gate(helm.template(chart=chart, set_values={"config.defaults.mode": "enforce"}))
 
 
 def leader_lease_of(scenario: str) -> str:
@@ -954,8 +987,10 @@ def policy_variables(rendered: Rendered, schedulers: str = "['hugepage-scheduler
         "a-pod-of-the-extenders-schedulers": "(has(object.spec.schedulerName) ? object.spec.schedulerName : "
         f"'default-scheduler') in {schedulers}",
     }
-    # Every marker the pod arrived with goes first (no opt-out), then its namespace's is added.
-    removal, addition = policy["spec"]["mutations"]
+    # Every marker the pod arrived with goes first (no opt-out), then its namespace's is added (then,
+    # with gates.enabled, the gate: test_gates_are_the_extenders_gate_added_with_gates_on_and_lifted_either_way).
+    removal, addition, *gate = policy["spec"]["mutations"]
+    assert [m["patchType"] for m in gate] in ([], ["ApplyConfiguration"])
     assert removal["patchType"] == "JSONPatch"
     for field, marker, section in itertools.product(
         ("containers", "initContainers"), ("enforce", "shadow"), ("requests", "limits")

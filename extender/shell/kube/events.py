@@ -1,4 +1,5 @@
-"""Events on pods that no node could take, in words a pod owner can act on.
+"""Events on pods that no node could take, and on pods waiting behind the extender's scheduling gate, in
+words a pod owner can act on.
 
 Per-node capacity figures never go into an event (anyone who can read events
 in the namespace would see them): those go to logs, metrics and ``explain``.
@@ -20,7 +21,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
 from extender.core.answer import FilterDecision, Outcome
-from extender.core.objects import Pod
+from extender.core.gates import GATE, GatedPod
+from extender.core.objects import ObjectMeta, Pod
 from extender.core.writes import PER_MINUTE, WriteBudget
 from extender.shell.metrics import Metrics
 
@@ -29,6 +31,8 @@ log = logging.getLogger("extender.shell.kube.events")
 COMPONENT = "hugepage-extender"
 REASON_NO_CAPACITY = "NoHugepageCapacity"
 REASON_NO_COMPATIBLE = "NoCompatibleNode"
+# A gated pod is never tried by the scheduler: no FailedScheduling event says why it is Pending; this one does.
+REASON_WAITING_FOR_ROOM = "WaitingForRoom"
 
 
 def event_for(outcome: Outcome, needs: Mapping[str, int]) -> tuple[str, str]:
@@ -49,6 +53,20 @@ def event_for(outcome: Outcome, needs: Mapping[str, int]) -> tuple[str, str]:
         f"No node has {need} free right now: {pools} are in use or held by placements in "
         "flight. The scheduler retries; add capacity or free hugepages to place it sooner."
     )
+
+
+def waiting_message(needs: Mapping[str, int]) -> str:
+    """The message of a pod behind the gate that no node it may use has room for; ``needs`` as for ``event_for``."""
+    need = " and ".join(f"{_human_bytes(n)} of {r}" for r, n in needs.items())
+    return (
+        f"Waiting behind the scheduling gate {GATE}: no node this pod may use (its node selector, affinity and "
+        f"tolerations) has {need} free right now. The extender lifts the gate as soon as one has; the scheduler "
+        "does not try the pod before. Add capacity or free hugepages to place it sooner."
+    )
+
+
+def _needs(pod: GatedPod) -> dict[str, int]:
+    return {name: need for name, need in pod.demand.bytes_by_size.items() if need > 0}
 
 
 def _human_bytes(nbytes: int) -> str:
@@ -99,6 +117,16 @@ class PodEvents:
             self._last_posted.popitem(last=False)
         body = self._event(pod, reason, message)
         asyncio.get_running_loop().run_in_executor(self._pool, self._post, pod, reason, body)
+
+    def waiting_for_room(self, pod: GatedPod) -> bool:
+        """Post the WaitingForRoom Event of a pod behind the gate; False, posting nothing, while the budget
+        across every pod is spent (the caller keeps the pod and asks again later)."""
+        if not self._budget.take(self._clock()):
+            return False
+        names = Pod(metadata=ObjectMeta(name=pod.name, namespace=pod.namespace, uid=pod.uid))
+        body = self._event(names, REASON_WAITING_FOR_ROOM, waiting_message(_needs(pod)))
+        asyncio.get_running_loop().run_in_executor(self._pool, self._post, names, REASON_WAITING_FOR_ROOM, body)
+        return True
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
