@@ -11,7 +11,7 @@ from extender.core.config import DEFAULT_RESOURCE, build_config, holds_need_bind
 from extender.core.podrequest import PodDemand
 from extender.state.cluster import ClusterState
 from extender.state.verbs import UNVERIFIED_HOLD_SECONDS, ExtenderVerbs
-from tests.conftest import Clock, GiB, make_node, make_pod
+from tests.conftest import Clock, GiB, make_node, make_pod, make_state
 
 NEED = PodDemand({DEFAULT_RESOURCE: 1 * GiB}, cpu_millis=100)
 NODES = [f"n{i}" for i in range(6)]
@@ -25,9 +25,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def state(clock: Clock) -> ClusterState:
-    s = ClusterState(build_config(CONFIG, {}), clock=clock)
-    s.replace([make_node(n, hugepages="1Gi") for n in NODES], [])
-    return s
+    return make_state(CONFIG, [make_node(n, hugepages="1Gi") for n in NODES], clock=clock)
 
 
 def verbs(state: ClusterState) -> ExtenderVerbs:

@@ -41,9 +41,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def state(clock: Clock) -> ClusterState:
-    s = ClusterState(build_config(CONFIG, {}), clock=clock)
-    s.replace([make_node(n, hugepages="1Gi") for n in NODES], [])
-    return s
+    return make_state(CONFIG, [make_node(n, hugepages="1Gi") for n in NODES], clock=clock)
 
 
 def verbs(state: ClusterState, **kwargs: Any) -> ExtenderVerbs:
