@@ -4,14 +4,20 @@ the same filter with none in flight and against the null extender, in one run.
 A burst of pods keeps the holds of every pod placed until the watch shows it bound (in snapshot mode,
 until ``holdTimeoutSeconds``). Requests that repeat one pod never show that: each attempt releases the
 pod's own hold before it holds again, so one hold is outstanding. Here, at ``nodes`` nodes and
-``share`` % of the pools full (``benchmarks.extender_server``), two servers of ours are fed the same
-cluster (and two more guarding two page sizes, for the case that asks both): **none** is sent each
-case's one pod over and over (one hold outstanding per case), **in flight** first ``in_flight``
-distinct K=3 pods (each holding its three nodes; pods of both sizes on the two-size server) and then a
-new pod for every request measured, so that at least ``in_flight`` pods' holds stand throughout.
-The null extender (the names decoded and echoed) and its floor of
-an answer naming every candidate (``benchmarks.null_extender``, for the pod no pool can take) are sent
-in the same rounds, alternating in order.
+``share`` % of the pools full (``benchmarks.extender_server``), two servers of ours guarding both page
+sizes are fed the same cluster: **none** is sent each case's one pod over and over (one hold
+outstanding per case), **in flight** first ``in_flight`` distinct K=3 pods (each holding its three
+nodes, half of them asking both sizes) and then a new pod for every request measured, so that at least
+``in_flight`` pods' holds stand throughout. A pod asking one size is decided on the sizes it asks
+alone, so one pair of servers serves every case.
+
+The rounds go case by case through the three processes in turn: none, in flight, and the null
+extender (the names decoded and echoed; for the pod no pool can take, its floor of an answer naming
+every candidate: ``benchmarks.null_extender``). Each process gets one request in three, as a
+scheduler's extender gets every call back to back. An earlier layout ran five processes on two cores
+and sent the servers of the pod asking both sizes one request in twelve: each came to it with its
+caches cold, and that pod measured 1.37 ms where a one-size pod doing as much measured 0.79 ms
+(docs/performance.md, "Placements in flight").
 
 ``x none`` is each round's ratio of medians, in flight over none, median and range over the rounds;
 ``x base``, the in-flight p50 over the null extender's (its floor's, where the answer names every
@@ -111,6 +117,16 @@ async def _measure(
     return per_round, answers
 
 
+async def _bases(url: str, first: dict[str, bytes], nodes: int) -> dict[str, str]:
+    """Each case's base: the null extender, or the floor of an answer naming every node when ours does."""
+    bases = {}
+    async with aiohttp.ClientSession() as session:
+        for name, body in first.items():
+            _, answer = await _timed(session, url, body)
+            bases[name] = _base_of(msgspec.json.decode(answer), nodes)
+    return bases
+
+
 def _same(body: bytes) -> Callable[[], bytes]:
     return lambda: body
 
@@ -126,29 +142,25 @@ def run(
 ) -> list[dict[str, Any]]:
     documents = node_documents(nodes)
     shape = ["--nodes", str(nodes), "--full-percent", str(share), "--one-gib-pool", ONE_GIB_POOL]
-    shape += ["--hold-timeout-seconds", str(HOLD_SECONDS)]
-    two = [*shape, "--resource-names", RESOURCE_NAMES]
+    shape += ["--hold-timeout-seconds", str(HOLD_SECONDS), "--resource-names", RESOURCE_NAMES]
     tags = {name: f"case{index}" for index, name in enumerate(CASES)}
     first = {name: _body(documents, case, tags[name]) for name, case in CASES.items()}
     with contextlib.ExitStack() as servers:
         started = time.monotonic()
-        none, busy, none_two, busy_two = (
-            servers.enter_context(server_process("benchmarks.extender_server", *args))
-            for args in (shape, shape, two, two)
-        )
+        none, busy = (servers.enter_context(server_process("benchmarks.extender_server", *shape)) for _ in range(2))
         null = servers.enter_context(server_process("benchmarks.null_extender"))
         log(f"in flight: servers up in {time.monotonic() - started:.0f} s")
+        bases = asyncio.run(_bases(f"{none.url}/filter", first, nodes))
         targets: list[tuple[str, str, Callable[[], bytes]]] = []
-        for name, case in CASES.items():
-            quiet, held = (none_two, busy_two) if case.one_gib else (none, busy)
-            targets.append((f"none: {name}", f"{quiet.url}/filter", _same(first[name])))
-            targets.append((name, f"{held.url}/filter", _pods(first[name], tags[name])))
+        for name in CASES:
+            targets.append((f"none: {name}", f"{none.url}/filter", _same(first[name])))
+            targets.append((name, f"{busy.url}/filter", _pods(first[name], tags[name])))
+            targets.append((f"base: {name}", f"{null.url}{BASES[bases[name]]}", _same(first[name])))
         warm = [
-            (f"{server.url}/filter", _pods(_body(documents, CASES[held], "warm"), "warm"))
-            for server, held in ((busy, "enforce K=3"), (busy_two, "two sizes K=3"))
+            (f"{busy.url}/filter", _pods(_body(documents, CASES[held], f"warm{index}"), f"warm{index}"))
+            for index, held in enumerate(("enforce K=3", "two sizes K=3"))
         ]
-        targets += [(base, f"{null.url}{path}", _same(first["enforce K=3"])) for base, path in BASES.items()]
-        per_round, answers = asyncio.run(_measure(targets, warm, in_flight, rounds, requests))
+        per_round, answers = asyncio.run(_measure(targets, warm, in_flight // len(warm), rounds, requests))
 
     def p50(name: str) -> float:
         return statistics.median(t for one in per_round for t in one[name]) * 1000
@@ -157,7 +169,7 @@ def run(
     for name in CASES:
         against = [statistics.median(one[name]) / statistics.median(one[f"none: {name}"]) for one in per_round]
         answer = msgspec.json.decode(answers[name])
-        base = _base_of(answer, nodes)
+        base = bases[name]
         rows.append(
             {
                 "nodes": nodes,
@@ -170,8 +182,8 @@ def run(
                 "x min": min(against),
                 "x max": max(against),
                 "base": base,
-                "base p50 ms": p50(base),
-                "x base": p50(name) / p50(base),
+                "base p50 ms": p50(f"base: {name}"),
+                "x base": p50(name) / p50(f"base: {name}"),
                 "passed": len(answer.get("NodeNames") or []),
             }
         )

@@ -21,7 +21,7 @@ from extender.core.nodereport import PoolReport
 from extender.core.objects import ObjectMeta, Pod, PodSpec
 from extender.core.podrequest import PodDemand, SizeNeed
 from extender.core.policy import Mode, Policy, Widening
-from extender.core.reference import SizeView, size_load, size_verdict
+from extender.core.reference import SizeView, admission, rejections_of, size_load, size_verdict
 from extender.core.scoring import hugepage_load, node_load, priorities, priority
 from extender.shell.wire import ExtenderArgs, render_filter
 from extender.state.cluster import ClusterState
@@ -363,6 +363,36 @@ def _views(cluster: dict[str, tuple[NodeAccount, NodeAccount]], need_2m: int, ne
     small = {name: pair[0] for name, pair in cluster.items()}
     large = {name: pair[1] for name, pair in cluster.items()}
     return [SizeView(need_2m, small, REASONS), SizeView(need_1g, large, REASONS_1G)]
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    cluster=two_size_clusters,
+    need_2m=st.integers(1, 500 * PAGE),
+    need_1g=st.integers(1, 8 * GIB),
+    kept_headroom=st.booleans(),
+)
+def test_rejected_nodes_over_two_sizes_get_the_verdict_of_size_verdict(
+    cluster: dict[str, tuple[NodeAccount, NodeAccount]], need_2m: int, need_1g: int, kept_headroom: bool
+) -> None:
+    # rejections_of tells a rejected node's verdict over several sizes from each size's ceiling and
+    # headroom, calling fits only for the unresolvable: the same verdict, size and reason as size_verdict.
+    views = _views(cluster, need_2m, need_1g)
+    if kept_headroom:  # as the cluster state keeps it beside the accounts
+        views = [
+            dataclasses.replace(view, headroom={name: headroom_bytes(a) for name, a in view.accounts.items()})
+            for view in views
+        ]
+    admits = admission(views, numa=False)
+    rejected = [name for name in [*cluster, "not-a-node"] if not admits(name)]
+    rejections = rejections_of(rejected, views, numa=False, mode=Mode.ENFORCE)
+    counted = [[0, 0], [0, 0]]
+    for name in rejected:
+        verdict, view = size_verdict(views, name, numa=False)
+        reasons = rejections.unresolvable if verdict.unresolvable else rejections.failed
+        assert reasons[name] == view.reasons.of(verdict)
+        counted[0 if view is views[0] else 1][verdict.unresolvable] += 1
+    assert rejections.by_size == tuple(map(tuple, counted))
 
 
 @settings(max_examples=examples(300), deadline=None)

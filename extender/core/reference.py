@@ -102,7 +102,14 @@ def admission(views: Sequence[SizeView], *, numa: bool) -> Admits:
     if len(rooms) == 1:  # one size: one lookup and one comparison per node
         need, room = rooms[0]
         return lambda name: need <= room(name, UNBOUNDED)
-    return lambda name: all(need <= room(name, UNBOUNDED) for need, room in rooms)
+
+    def every_size(name: str) -> bool:
+        for need, room in rooms:  # noqa: SIM110 (all() over a generator costs half as much again a node)
+            if need > room(name, UNBOUNDED):
+                return False
+        return True
+
+    return every_size
 
 
 def room_of(view: SizeView, *, numa: bool) -> Callable[[str, int], int]:
@@ -168,8 +175,10 @@ def _verdict_of_rejected(views: Sequence[SizeView], *, numa: bool) -> Callable[[
     within its ceiling (what its pool less the pages held outside pods could ever hold) is short of
     room now, Fit.INSUFFICIENT, without ``fits``: a cluster of full nodes costs one comparison each
     (tests/test_properties.py holds ``ceiling_bytes`` to ``fits``' unresolvable verdicts)."""
-    if len(views) > 1 or numa:  # several sizes; or a NUMA node's room, which only fits tells from the pool's
+    if numa or any(view.need < 1 for view in views):  # a NUMA node's room only fits tells from the pool's
         return lambda name: size_verdict(views, name, numa=numa)
+    if len(views) > 1:
+        return _verdict_over_sizes(views)
     view = views[0]
     need, accounts = view.need, view.accounts
 
@@ -178,6 +187,28 @@ def _verdict_of_rejected(views: Sequence[SizeView], *, numa: bool) -> Callable[[
         return (Fit.INSUFFICIENT if need <= ceiling_bytes(account) else fits(account, need)), view
 
     return one_size
+
+
+def _verdict_over_sizes(views: Sequence[SizeView]) -> Callable[[str], tuple[Fit, SizeView]]:
+    """``size_verdict`` of a rejected node over several sizes, as ``one_size`` tells it over one: a size
+    whose need is beyond its ceiling is the first that never could hold the pod (``fits`` then says
+    why), else the first whose need is beyond its headroom is short of room now; ``fits`` runs only
+    for the unresolvable (tests/test_properties.py holds this to ``size_verdict``)."""
+    rooms = [(view, view.need, view.accounts, view.headroom) for view in views]
+
+    def over_sizes(name: str) -> tuple[Fit, SizeView]:
+        short: SizeView | None = None
+        for view, need, accounts, headroom in rooms:
+            account = accounts.get(name, UNKNOWN_ACCOUNT)
+            if need > ceiling_bytes(account):
+                return fits(account, need), view
+            if short is None:
+                room = headroom.get(name, UNBOUNDED) if headroom is not None else headroom_bytes(account)
+                if need > room:
+                    short = view
+        return (Fit.INSUFFICIENT, short) if short is not None else size_verdict(views, name, numa=False)
+
+    return over_sizes
 
 
 def counts_by_size(views: Sequence[SizeView], verdicts: Iterable[tuple[Fit, SizeView]]) -> SizeCounts:
