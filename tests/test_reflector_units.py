@@ -188,3 +188,53 @@ def test_the_extender_is_ready_only_once_the_node_agents_records_are_listed_too(
             assert not state.ready
             informer._mark_synced(resource)
         assert state.ready
+
+
+def test_a_410_gone_lists_again_at_once_and_the_extender_is_unready_until_that_list_is_applied() -> None:
+    """After an API server restart a watch met 410 Gone at once (its first attempt failed while the
+    server was down), and the reflector waited its backoff before listing again: filters answered
+    for seconds from a picture that still held the pods deleted meanwhile. The first 410 since a
+    watch lasted now lists again at once, and readiness says the watch missed events until that
+    list is applied on the event loop."""
+    calls: list[str] = []
+    posted: list[Callable[[], None]] = []
+    listed_again = threading.Event()
+
+    def list_call(*, watch: bool = False, **_: object) -> object:
+        if watch:
+            calls.append("watch")
+            if calls.count("watch") == 1:
+                raise ApiException(status=410, reason="Expired")
+            threading.Event().wait(0.05)
+            return EmptyWatch()
+        calls.append("list")
+        if calls.count("list") == 2:
+            listed_again.set()
+        return Page(msgspec.json.encode({"metadata": {"resourceVersion": "5"}, "items": []}))
+
+    stop = threading.Event()
+    resource: Resource[Pod, str] = Resource("pods", list_call, Pod, lambda p: p.metadata.uid)
+    handlers: Handlers[str] = Handlers(relisted=lambda _: None, upserted=print, deleted=print)
+    reflector = Reflector(resource, handlers, posted.append, stop=stop)  # applied only when the test says
+    state = ClusterState(build_config({}, {}))
+    informer = ClusterInformer(ApiClient(), state, stale_after_seconds=60.0)
+    informer.reflectors = {"nodes": reflector, "pods": reflector}
+    state.ready = True
+    thread = threading.Thread(target=reflector.run, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    assert listed_again.wait(5)
+    took = time.monotonic() - started
+    stop.set()
+    thread.join(5)
+    assert calls[:3] == ["list", "watch", "list"]
+    assert took < 0.5  # no backoff (0.8 s at least) between the 410 and the list
+    reason = state.unready_reason()
+    assert reason is not None  # the second list is not applied yet
+    assert "missed events (410 Gone" in reason
+    first_list, second_list = posted[:2]
+    first_list()  # a list from before the 410, applied late: still missed
+    assert reflector.missed
+    second_list()
+    assert not reflector.missed
+    assert state.unready_reason() is None

@@ -167,6 +167,8 @@ class ClusterInformer:
         # extender already counts those nodes from pod requests.
         for name in ("nodes", "pods"):
             reflector = self.reflectors.get(name)
+            if reflector is not None and reflector.missed:
+                return f"watch of {name} missed events (410 Gone: resourceVersion expired): listing again"
             last = reflector.last_progress if reflector is not None else None
             if last is not None and now - last > self._stale_after:
                 why = f"last failure: {reflector.last_failure}" if reflector and reflector.last_failure else ""

@@ -18,6 +18,11 @@ ListAndWatch calls (0.8 s doubling to 30 s, with jitter), whatever ended it: an 
 tools/cache/reflector.go) or after an event or a bookmark. Such API servers had the
 extender list and watch 370-2,700 times a second. What such a churn brings is applied
 but is no progress: readiness fails after ``--watch-stale-seconds`` until a watch lasts.
+The one exception is the first 410 Gone since a watch lasted, listed again at once:
+events were missed, so the extender is not ready from the 410 until that
+list is applied (``missed``). After an API server restart a watch met 410 at once, and the
+wait before the list let filters answer for seconds from a picture that still held pods
+deleted meanwhile (e2e/cluster/test_requeue.py, a burst cut by an API server restart).
 """
 
 from __future__ import annotations
@@ -155,6 +160,8 @@ class Reflector(Generic[Obj, Rec]):
         # Monotonic time the API server last answered: a list, an event, a bookmark, a watch's end.
         self.last_progress: float | None = None
         self.last_failure = ""  # why the last list or watch failed, for readiness
+        # A 410 Gone: events were missed, so the picture is stale until the next list is applied.
+        self.missed = False
         # Since a list or watch did not last, until a watch does: what comes meanwhile is no progress.
         self._churning = False
         self._watch_opened: float | None = None  # when the current watch's stream opened
@@ -163,6 +170,7 @@ class Reflector(Generic[Obj, Rec]):
         """The endless loop, kept tiny: list, watch until it ends, wait when it did not last, repeat."""
         backoff = Backoff()
         version: str | None = None
+        listed_at_once = False  # since a watch lasted: a 410's list again came without a wait
         while not self._stop.is_set():
             self._watch_opened = None
             failure = ""
@@ -174,9 +182,16 @@ class Reflector(Generic[Obj, Rec]):
                 failure = "410 Gone: resourceVersion expired"
                 log.info("%s: resourceVersion %s expired (410 Gone): listing again", self._resource.name, version)
                 version = None
+                self.missed = True
+                if not listed_at_once and not self._lasted():
+                    # Listed again at once: until then the extender is not ready
+                    # (``missed``), so a wait would only turn pods away. A second 410 backs off.
+                    listed_at_once = True
+                    continue
             except Exception as error:
                 failure = _describe(error)
             if self._lasted():
+                listed_at_once = False
                 backoff.reset()
                 self._churning = False
                 self.last_failure = failure
@@ -207,6 +222,7 @@ class Reflector(Generic[Obj, Rec]):
         records: list[Rec] = []
         token: str | None = None
         started = time.monotonic()
+        listed_after_410 = self.missed
         while True:
             kwargs: dict[str, Any] = {"limit": self._page_size, "_preload_content": False}
             if token:
@@ -237,7 +253,13 @@ class Reflector(Generic[Obj, Rec]):
             version,
             time.monotonic() - started,
         )
-        self._post(lambda: self._handlers.relisted(records))
+
+        def relisted() -> None:
+            self._handlers.relisted(records)
+            if listed_after_410:  # on the event loop, once the state has what was listed since the 410
+                self.missed = False
+
+        self._post(relisted)
         return version
 
     def _watch(self, version: str) -> str:
